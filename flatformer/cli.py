@@ -1,0 +1,218 @@
+"""The `flatformer` command. Library code raises FlatformerError; only this layer prints."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .errors import FlatformerError
+
+app = typer.Typer(
+    help="flatformer: train a transformer small enough to see through, then look inside it.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    rich_markup_mode=None)
+console = Console(stderr=True)
+out = Console()
+
+
+def parse_sets(pairs: list[str]) -> dict:
+    """`key=value` pairs; values are read as JSON when they parse (numbers, true, [..])."""
+    result = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise FlatformerError(f"--set takes key=value, got {pair!r}")
+        try:
+            result[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            result[key.strip()] = value
+    return result
+
+
+def parse_seeds(seed: int, seeds: str | None) -> list[int] | None:
+    if seeds is None:
+        return None
+    lo, sep, hi = seeds.partition("-")
+    try:
+        first, last = int(lo), int(hi) if sep else int(lo)
+    except ValueError:
+        raise FlatformerError(f"--seeds takes a range like 0-63, got {seeds!r}") from None
+    if first < 0 or last < first:
+        raise FlatformerError(f"--seeds range {seeds!r} is empty or negative")
+    return list(range(first, last + 1))
+
+
+def training_progress(total_steps: int, label: str):
+    """A rich progress bar and the trainer callback that feeds it every 100 steps."""
+    progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("step {task.completed:>6.0f}/{task.total:.0f}"),
+                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                        TimeRemainingColumn(), console=console, transient=False)
+    bar = progress.add_task(label, total=total_steps, info="")
+
+    def callback(trainer):
+        if trainer.step % 100 and trainer.step != total_steps:
+            return
+        info = ""
+        rows = [m[-1] for m in trainer.metrics if m]
+        if rows:
+            losses = [r["val_loss"] for r in rows]
+            errors = [r["rule_error"] for r in rows]
+            if len(rows) == 1:
+                info = f"loss {losses[0]:.3f}  rule error {errors[0]:.1%}"
+            else:
+                info = (f"median loss {sorted(losses)[len(losses) // 2]:.3f}  "
+                        f"median rule error {sorted(errors)[len(errors) // 2]:.1%}")
+        progress.update(bar, completed=trainer.step, info=info)
+    return progress, callback
+
+
+def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets):
+    import dataclasses
+
+    from .config import PRESETS, ModelConfig, preset
+    from .tasks import get_task
+    from .train import Job, Recipe, get_recipe
+    task = get_task(task_name)
+    overrides = parse_sets(sets)
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    recipe_fields = {f.name for f in dataclasses.fields(Recipe)}
+    unknown = sorted(set(overrides) - model_fields - recipe_fields - {"data_seed"})
+    if unknown:
+        raise FlatformerError(f"--set: unknown key {unknown[0]!r}; model keys: "
+                              f"{', '.join(sorted(model_fields - {'d_vocab'}))}; recipe keys: "
+                              f"{', '.join(sorted(recipe_fields))}")
+    if "d_vocab" in overrides:
+        raise FlatformerError("--set: d_vocab comes from the task's vocabulary")
+    preset_name = preset_name or task.default_preset
+    if preset_name not in PRESETS:
+        raise FlatformerError(f"unknown preset {preset_name!r}; choose one of {', '.join(PRESETS)}")
+    try:
+        cfg = preset(preset_name, len(task.vocab),
+                     **{k: v for k, v in overrides.items() if k in model_fields})
+        recipe = get_recipe(recipe_name, **{k: v for k, v in overrides.items()
+                                            if k in recipe_fields})
+    except TypeError as exc:
+        raise FlatformerError(f"--set: {exc}") from None
+    seed_list = parse_seeds(seed, seeds)
+    if out_dir is None:
+        out_dir = Path("runs") / (task.name if seed_list else f"{task.name}-seed{seed}")
+    if seed_list:
+        dirs = [Path(out_dir) / f"seed_{s}" for s in seed_list]
+    else:
+        seed_list, dirs = [seed], [Path(out_dir)]
+    extra = {"preset": preset_name, "recipe_name": recipe_name}
+    return Job(task, cfg, recipe, seed_list, dirs, int(overrides.get("data_seed", 0)), extra), out_dir
+
+
+def run_training(job, resume: bool):
+    from .train import train
+    label = job.task.name if len(job.seeds) == 1 else f"{job.task.name} x{len(job.seeds)} seeds"
+    progress, callback = training_progress(job.recipe.steps, label)
+    with progress:
+        return train(job, resume=resume, progress=callback)
+
+
+@app.command()
+def tasks():
+    """List every task with its vocabulary size, default preset and measured rule error."""
+    from .tasks import TASKS
+    table = Table("task", "vocab", "default preset", "rule error", "what it asks")
+    for name, cls in sorted(TASKS.items()):
+        task = cls()
+        table.add_row(name, str(len(task.vocab)), task.default_preset, task.measured or "-",
+                      task.describe())
+    out.print(table)
+
+
+@app.command()
+def train(
+    task: str = typer.Argument(..., help="Task name (see `flatformer tasks`)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Run folder [runs/TASK-seedS]."),
+    steps: Optional[int] = typer.Option(None, help="Training steps [recipe's, 20000]."),
+    seed: int = typer.Option(0, help="Seed naming the initialisation and batch order."),
+    seeds: Optional[str] = typer.Option(None, help="Train seeds A-B together, one folder each."),
+    preset_name: Optional[str] = typer.Option(None, "--preset", help="Model preset [task's]."),
+    recipe: str = typer.Option("default", help="Recipe: default or paper."),
+    resume: bool = typer.Option(False, help="Continue a killed run where it stopped."),
+    sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model or recipe "
+                                              "field, e.g. --set lr=3e-3 --set d_mlp=16."),
+):
+    """Train a model on a task and write its run folder."""
+    sets = list(sets or []) + ([f"steps={steps}"] if steps is not None else [])
+    job, folder = build_job(task, preset_name, recipe, seed, seeds, out_dir, sets)
+    started = time.perf_counter()
+    trainer = run_training(job, resume)
+    finals = [m[-1] for m in trainer.metrics]
+    seconds = time.perf_counter() - started
+    if len(finals) == 1:
+        out.print(f"{folder}: step {finals[0]['step']}, held-out loss {finals[0]['val_loss']:.4f}, "
+                  f"rule error {finals[0]['rule_error']:.2%} ({seconds:.1f} s)")
+    else:
+        learned = sum(f["rule_error"] <= 0.01 for f in finals)
+        out.print(f"{folder}: {len(finals)} seeds, {learned} at rule error <= 1% "
+                  f"({seconds:.1f} s)")
+
+
+@app.command("eval")
+def eval_cmd(run: Path = typer.Argument(..., help="A run folder."),
+             step: Optional[int] = typer.Option(None, help="Checkpoint step [last]."),
+             as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
+    """Held-out loss and rule error of a run's checkpoint."""
+    from .evaluate import evaluate_run
+    result = evaluate_run(run, step)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        out.print(f"{run}: step {result['step']}, held-out loss {result['loss']:.4f}, "
+                  f"rule error {result['rule_error']:.2%}")
+
+
+@app.command()
+def gradcheck(preset_name: str = typer.Option("paper-2d", "--preset", help="Model preset."),
+              vocab: int = typer.Option(12, help="Vocabulary size."),
+              layers: Optional[int] = typer.Option(None, help="Override n_layers.")):
+    """Check the hand-written gradient against central differences; fail above 1e-6."""
+    from .config import preset
+    from .gradcheck import gradcheck as check
+    cfg = preset(preset_name, vocab, **({"n_layers": layers} if layers else {}))
+    worst = check(cfg)
+    table = Table("tensor", "worst relative error")
+    for name, err in worst.items():
+        table.add_row(name, f"{err:.2e}")
+    out.print(table)
+    top = max(worst.values())
+    out.print(f"{preset_name} ({cfg.n_params} parameters): worst relative error {top:.2e}")
+    if top > 1e-6:
+        raise FlatformerError(f"gradient check failed: {top:.2e} > 1e-6")
+
+
+@app.command()
+def reproduce(task: str = typer.Option("plus-last-even", help="Task name."),
+              preset_name: Optional[str] = typer.Option(None, "--preset", help="Preset [task's]."),
+              out_dir: Path = typer.Option(Path("runs/reproduce"), "--out", help="Output folder."),
+              force: bool = typer.Option(False, help="Replace a different run in --out.")):
+    """The main job: train the paper's model (later: figures, movies, explorer, report)."""
+    from .reproduce import reproduce as run_all
+    run_all(task, preset_name, out_dir, force, console)
+
+
+def main():
+    import numpy as np
+    np.seterr(all="ignore")  # a diverging run is reported once, by the trainer's NaN check
+    try:
+        app()
+    except FlatformerError as exc:
+        console.print(f"flatformer: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        console.print("flatformer: interrupted (a training run continues with --resume)")
+        sys.exit(130)

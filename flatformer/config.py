@@ -1,0 +1,128 @@
+"""Model configuration, with TransformerLens field names, and the named presets."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .errors import FlatformerError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only transformer. Field names follow TransformerLens.
+
+    `normalization="pre_ln"` puts a LayerNorm before attention and before the MLP of every block;
+    there is never a final LayerNorm, so the logit lens is exact. `act_fn="gelu"` is the tanh
+    approximation (GPT-2's, TransformerLens's "gelu_new"): it has the same float64 value in NumPy,
+    PyTorch and JavaScript, which lets every implementation agree to 1e-9.
+    """
+
+    d_model: int = 2
+    n_heads: int = 1
+    d_head: int = 2
+    n_layers: int = 1
+    d_mlp: int = 32
+    n_ctx: int = 8
+    d_vocab: int = 12
+    act_fn: str = "relu"
+    normalization: str = "none"
+    qkv_bias: bool = False
+    attn_out: bool = False  # an output projection W_O; without it heads are concatenated
+    unembed_bias: bool = True
+
+    def __post_init__(self):
+        for name in ("d_model", "n_heads", "d_head", "n_layers", "d_mlp", "n_ctx", "d_vocab"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise FlatformerError(f"config: {name} must be a whole number >= 1, got {value!r}")
+        if self.d_vocab < 2:
+            raise FlatformerError("config: d_vocab must be at least 2")
+        if self.act_fn not in ("relu", "gelu"):
+            raise FlatformerError(f"config: act_fn must be relu or gelu, got {self.act_fn!r}")
+        if self.normalization not in ("none", "pre_ln"):
+            raise FlatformerError(
+                f"config: normalization must be none or pre_ln, got {self.normalization!r}")
+        if not self.attn_out and self.n_heads * self.d_head != self.d_model:
+            raise FlatformerError(
+                f"config: without W_O (attn_out=false) n_heads * d_head must equal d_model, "
+                f"got {self.n_heads} * {self.d_head} != {self.d_model}")
+        if self.d_model * self.d_vocab * self.n_layers * self.d_mlp > 10**9:
+            raise FlatformerError("config: this model is far larger than flatformer is made for")
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's TransformerLens name and shape (without the seed axis), in order."""
+        d, h, dh, m, v = self.d_model, self.n_heads, self.d_head, self.d_mlp, self.d_vocab
+        shapes = {"embed.W_E": (v, d), "pos_embed.W_pos": (self.n_ctx, d)}
+        for layer in range(self.n_layers):
+            b = f"blocks.{layer}."
+            if self.normalization == "pre_ln":
+                shapes[b + "ln1.w"], shapes[b + "ln1.b"] = (d,), (d,)
+            for w in "QKV":
+                shapes[b + f"attn.W_{w}"] = (h, d, dh)
+            if self.qkv_bias:
+                for w in "QKV":
+                    shapes[b + f"attn.b_{w}"] = (h, dh)
+            if self.attn_out:
+                shapes[b + "attn.W_O"] = (h, dh, d)
+            if self.normalization == "pre_ln":
+                shapes[b + "ln2.w"], shapes[b + "ln2.b"] = (d,), (d,)
+            shapes[b + "mlp.W_in"], shapes[b + "mlp.b_in"] = (d, m), (m,)
+            shapes[b + "mlp.W_out"], shapes[b + "mlp.b_out"] = (m, d), (d,)
+        shapes["unembed.W_U"] = (d, v)
+        if self.unembed_bias:
+            shapes["unembed.b_U"] = (v,)
+        return shapes
+
+    @property
+    def n_params(self) -> int:
+        total = 0
+        for shape in self.param_shapes().values():
+            size = 1
+            for n in shape:
+                size *= n
+            total += size
+        return total
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise FlatformerError(f"config: unknown model field(s) {', '.join(unknown)}")
+        return cls(**data)
+
+    def replace(self, **changes) -> "ModelConfig":
+        return self.from_dict({**self.to_dict(), **changes})
+
+
+PRESETS: dict[str, dict] = {
+    # Source 1: embedding and head size 2, one head, no W_O, no LayerNorm, ReLU MLP 2 -> 32 -> 2.
+    # 250 parameters at vocabulary 12.
+    "paper-2d": dict(d_model=2, n_heads=1, d_head=2, n_layers=1, d_mlp=32, n_ctx=8,
+                     act_fn="relu", normalization="none", qkv_bias=False, attn_out=False,
+                     unembed_bias=True),
+    # Source 2: 16-dim, 2 heads of 8 with W_O, pre-LayerNorm, 32-unit GELU MLP, no biases on
+    # attention or unembedding. 3,184 parameters at vocabulary 28.
+    "simulator-16d": dict(d_model=16, n_heads=2, d_head=8, n_layers=1, d_mlp=32, n_ctx=8,
+                          act_fn="gelu", normalization="pre_ln", qkv_bias=False, attn_out=True,
+                          unembed_bias=False),
+    # The paper's plane with a second layer: for tasks one attention step cannot solve.
+    "paper-2d-2layer": dict(d_model=2, n_heads=1, d_head=2, n_layers=2, d_mlp=32, n_ctx=8,
+                            act_fn="relu", normalization="none", qkv_bias=False, attn_out=False,
+                            unembed_bias=True),
+    # Two heads of size 2 in a 4-dim stream with W_O: the smallest model with two heads.
+    "small-4d-2head": dict(d_model=4, n_heads=2, d_head=2, n_layers=1, d_mlp=32, n_ctx=8,
+                           act_fn="relu", normalization="none", qkv_bias=False, attn_out=True,
+                           unembed_bias=True),
+}
+
+
+def preset(name: str, d_vocab: int, **overrides) -> ModelConfig:
+    """The named preset at a task's vocabulary size, with optional field overrides."""
+    if name not in PRESETS:
+        raise FlatformerError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return ModelConfig.from_dict({**PRESETS[name], "d_vocab": d_vocab, **overrides})

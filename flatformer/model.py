@@ -1,0 +1,321 @@
+"""The NumPy transformer: forward pass with named activations, and its hand-written backward pass.
+
+Every parameter carries a leading seed axis S, so many independent models run as one batched
+program. All parameters are views into one flat float64 buffer (tensor-major: each tensor's S
+copies are contiguous), which makes the optimizer a few vector operations.
+
+Shapes in comments: S seeds, B sequences, T positions, H heads, d d_model, dh d_head, m d_mlp,
+V d_vocab, N = B * T.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from .config import ModelConfig
+from .errors import FlatformerError
+
+GELU_C = math.sqrt(2.0 / math.pi)
+LN_EPS = 1e-5
+
+
+class Params:
+    """Named views of shape (S, *shape) into one flat buffer of S * n_params numbers."""
+
+    def __init__(self, cfg: ModelConfig, n_seeds: int, flat: np.ndarray | None = None):
+        self.cfg, self.n_seeds = cfg, n_seeds
+        size = n_seeds * cfg.n_params
+        self.flat = np.zeros(size) if flat is None else flat
+        if self.flat.shape != (size,):
+            raise ValueError(f"flat buffer has {self.flat.size} numbers, expected {size}")
+        self.views = {name: self.flat[start:stop].reshape(shape)
+                      for name, start, stop, shape in _layout(cfg, n_seeds)}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.views[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.views
+
+    def like(self, flat: np.ndarray | None = None) -> "Params":
+        """Another Params with the same layout (zeros, or over the given buffer)."""
+        return Params(self.cfg, self.n_seeds, np.zeros_like(self.flat) if flat is None else flat)
+
+    def select(self, seeds) -> "Params":
+        """A copy holding only the given seeds, in that order."""
+        seeds = list(seeds)
+        out = Params(self.cfg, len(seeds))
+        for name, view in out.views.items():
+            view[...] = self.views[name][seeds]
+        return out
+
+    def seed(self, s: int) -> dict[str, np.ndarray]:
+        """One seed's tensors, copied out."""
+        return {name: view[s].copy() for name, view in self.views.items()}
+
+    @classmethod
+    def stack(cls, cfg: ModelConfig, tensors: list[dict[str, np.ndarray]]) -> "Params":
+        """Params holding the given per-seed tensors, one seed each."""
+        params = cls(cfg, len(tensors))
+        for name, view in params.views.items():
+            for s, t in enumerate(tensors):
+                if name not in t:
+                    raise FlatformerError(f"checkpoint is missing tensor {name}")
+                if t[name].shape != view.shape[1:]:
+                    raise FlatformerError(
+                        f"checkpoint tensor {name} has shape {t[name].shape}, "
+                        f"the config says {view.shape[1:]}")
+                view[s] = t[name]
+        return params
+
+
+@lru_cache(maxsize=64)
+def _layout(cfg: ModelConfig, n_seeds: int):
+    layout, offset = [], 0
+    for name, shape in cfg.param_shapes().items():
+        n = n_seeds * math.prod(shape)
+        layout.append((name, offset, offset + n, (n_seeds, *shape)))
+        offset += n
+    return tuple(layout)
+
+
+def init_params(cfg: ModelConfig, rngs: list[np.random.Generator],
+                embed_scale: float = 1.0) -> Params:
+    """PyTorch's default initialisation, one generator per seed.
+
+    Embeddings are N(0, 1) like nn.Embedding (times `embed_scale`), linear maps and their biases
+    uniform in +-1/sqrt(fan_in) like nn.Linear, LayerNorm gains 1 and biases 0.
+    """
+    params = Params(cfg, len(rngs))
+    for s, rng in enumerate(rngs):
+        for name, view in params.views.items():
+            leaf = name.rsplit(".", 1)[1]
+            shape = view.shape[1:]
+            if leaf in ("W_E", "W_pos"):
+                view[s] = embed_scale * rng.standard_normal(shape)
+            elif name.endswith("ln1.w") or name.endswith("ln2.w"):
+                view[s] = 1.0
+            elif name.endswith("ln1.b") or name.endswith("ln2.b"):
+                view[s] = 0.0
+            else:
+                fan_in = {"W_Q": cfg.d_model, "W_K": cfg.d_model, "W_V": cfg.d_model,
+                          "b_Q": cfg.d_model, "b_K": cfg.d_model, "b_V": cfg.d_model,
+                          "W_O": cfg.n_heads * cfg.d_head, "W_in": cfg.d_model,
+                          "b_in": cfg.d_model, "W_out": cfg.d_mlp, "b_out": cfg.d_mlp,
+                          "W_U": cfg.d_model, "b_U": cfg.d_model}[leaf]
+                bound = 1.0 / math.sqrt(fan_in)
+                view[s] = rng.uniform(-bound, bound, shape)
+    return params
+
+
+def hook_names(cfg: ModelConfig) -> list[str]:
+    """The ordered names of every activation `forward` records (TransformerLens's names)."""
+    names = ["hook_embed", "hook_pos_embed"]
+    for layer in range(cfg.n_layers):
+        b = f"blocks.{layer}."
+        names.append(b + "hook_resid_pre")
+        if cfg.normalization == "pre_ln":
+            names += [b + "ln1.hook_scale", b + "ln1.hook_normalized"]
+        names += [b + f"attn.hook_{n}" for n in ("q", "k", "v", "attn_scores", "pattern", "z")]
+        names += [b + "hook_attn_out", b + "hook_resid_mid"]
+        if cfg.normalization == "pre_ln":
+            names += [b + "ln2.hook_scale", b + "ln2.hook_normalized"]
+        names += [b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out",
+                  b + "hook_resid_post"]
+    return names
+
+
+def layer_norm(x, w, b):
+    """TransformerLens's LayerNorm on (S, B, T, d): returns (scale, x_hat, output)."""
+    x = x - x.mean(-1, keepdims=True)
+    scale = np.sqrt((x * x).mean(-1, keepdims=True) + LN_EPS)
+    x_hat = x / scale
+    return scale, x_hat, x_hat * w[:, None, None] + b[:, None, None]
+
+
+def activation(cfg: ModelConfig, pre):
+    if cfg.act_fn == "relu":
+        return np.maximum(pre, 0.0)
+    return 0.5 * pre * (1.0 + np.tanh(GELU_C * (pre + 0.044715 * pre ** 3)))
+
+
+@lru_cache(maxsize=None)
+def causal_mask(T: int) -> np.ndarray:
+    return np.tril(np.ones((T, T), dtype=bool))
+
+
+def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
+    """Logits (S, B, T, V) and the cache of named activations, each with a leading seed axis.
+
+    `hooks` maps activation names to `fn(activation, name) -> activation`; the returned array
+    replaces the activation downstream. Activation shapes follow TransformerLens with the seed
+    axis in front: hook_q is (S, B, T, H, dh), hook_pattern (S, B, H, T, T).
+    """
+    cfg = params.cfg
+    S, B, T = tokens.shape
+    N, d, H, dh = B * T, cfg.d_model, cfg.n_heads, cfg.d_head
+    if T > cfg.n_ctx:
+        raise FlatformerError(f"sequence of {T} tokens is longer than the context of {cfg.n_ctx}")
+    cache: dict[str, np.ndarray] = {}
+
+    def hook(name, x):
+        if hooks and name in hooks:
+            x = hooks[name](x, name)
+        cache[name] = x
+        return x
+
+    onehot = (tokens.reshape(S, N, 1) == np.arange(cfg.d_vocab)).astype(np.float64)  # (S,N,V)
+    cache["_onehot"] = onehot
+    x = hook("hook_embed", (onehot @ params["embed.W_E"]).reshape(S, B, T, d))
+    p = hook("hook_pos_embed", np.broadcast_to(params["pos_embed.W_pos"][:, None, :T], (S, B, T, d)))
+    resid = x + p                                                          # e = x + p
+    mask = causal_mask(T)
+    for layer in range(cfg.n_layers):
+        b = f"blocks.{layer}."
+        resid = hook(b + "hook_resid_pre", resid)
+        attn_in = resid
+        if cfg.normalization == "pre_ln":
+            scale, x_hat, attn_in = layer_norm(
+                resid, params[b + "ln1.w"], params[b + "ln1.b"])
+            cache["_" + b + "ln1.x_hat"] = x_hat
+            hook(b + "ln1.hook_scale", scale)
+            attn_in = hook(b + "ln1.hook_normalized", attn_in)
+        flat_in = attn_in.reshape(S, N, d)
+        heads = []
+        for w in "QKV":
+            out = flat_in @ params[b + f"attn.W_{w}"].transpose(0, 2, 1, 3).reshape(S, d, H * dh)
+            if cfg.qkv_bias:
+                out = out + params[b + f"attn.b_{w}"].reshape(S, 1, H * dh)
+            heads.append(hook(b + f"attn.hook_{w.lower()}", out.reshape(S, B, T, H, dh)))
+        q, k, v = (t.transpose(0, 1, 3, 2, 4) for t in heads)                 # (S,B,H,T,dh)
+        scores = np.where(mask, q @ k.swapaxes(-1, -2) / math.sqrt(dh), -np.inf)
+        scores = hook(b + "attn.hook_attn_scores", scores)                     # (S,B,H,T,T)
+        pattern = np.exp(scores - scores.max(-1, keepdims=True))
+        pattern = hook(b + "attn.hook_pattern", pattern / pattern.sum(-1, keepdims=True))
+        z = hook(b + "attn.hook_z", (pattern @ v).transpose(0, 1, 3, 2, 4))    # (S,B,T,H,dh)
+        attn_out = z.reshape(S, N, H * dh)
+        if cfg.attn_out:
+            attn_out = attn_out @ params[b + "attn.W_O"].reshape(S, H * dh, d)
+        attn_out = hook(b + "hook_attn_out", attn_out.reshape(S, B, T, d))
+        resid = hook(b + "hook_resid_mid", resid + attn_out)                   # z = e + Attn(e)
+        mlp_in = resid
+        if cfg.normalization == "pre_ln":
+            scale, x_hat, mlp_in = layer_norm(
+                resid, params[b + "ln2.w"], params[b + "ln2.b"])
+            cache["_" + b + "ln2.x_hat"] = x_hat
+            hook(b + "ln2.hook_scale", scale)
+            mlp_in = hook(b + "ln2.hook_normalized", mlp_in)
+        pre = mlp_in.reshape(S, N, d) @ params[b + "mlp.W_in"] + params[b + "mlp.b_in"][:, None]
+        pre = hook(b + "mlp.hook_pre", pre.reshape(S, B, T, cfg.d_mlp))
+        post = hook(b + "mlp.hook_post", activation(cfg, pre))
+        mlp_out = (post.reshape(S, N, cfg.d_mlp) @ params[b + "mlp.W_out"]
+                   + params[b + "mlp.b_out"][:, None])
+        mlp_out = hook(b + "hook_mlp_out", mlp_out.reshape(S, B, T, d))
+        resid = hook(b + "hook_resid_post", resid + mlp_out)                   # h = z + FFN(z)
+    logits = resid.reshape(S, N, d) @ params["unembed.W_U"]
+    if cfg.unembed_bias:
+        logits = logits + params["unembed.b_U"][:, None]
+    return logits.reshape(S, B, T, cfg.d_vocab), cache
+
+
+def layer_norm_backward(dy, xhat, scale, w, grads: Params, name: str):
+    """Gradient through LayerNorm; writes the gain and bias gradients into `grads`."""
+    S = dy.shape[0]
+    grads[name + ".w"][...] = (dy * xhat).reshape(S, -1, dy.shape[-1]).sum(1)
+    grads[name + ".b"][...] = dy.reshape(S, -1, dy.shape[-1]).sum(1)
+    dxhat = dy * w[:, None, None]
+    return (dxhat - dxhat.mean(-1, keepdims=True)
+            - xhat * (dxhat * xhat).mean(-1, keepdims=True)) / scale
+
+
+def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
+    """Gradients of a loss with respect to every parameter, given dloss/dlogits (S, B, T, V)."""
+    cfg = params.cfg
+    S, B, T, V = dlogits.shape
+    N, d, H, dh, m = B * T, cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp
+    grads = params.like()
+    dlogits = dlogits.reshape(S, N, V)
+    last = f"blocks.{cfg.n_layers - 1}.hook_resid_post"
+    grads["unembed.W_U"][...] = cache[last].reshape(S, N, d).swapaxes(1, 2) @ dlogits
+    if cfg.unembed_bias:
+        grads["unembed.b_U"][...] = dlogits.sum(1)
+    dresid = dlogits @ params["unembed.W_U"].swapaxes(1, 2)                   # (S,N,d)
+    mask = causal_mask(T)
+    for layer in reversed(range(cfg.n_layers)):
+        b = f"blocks.{layer}."
+        # MLP: h = z + W_out act(W_in ln2(z) + b_in) + b_out
+        post = cache[b + "mlp.hook_post"].reshape(S, N, m)
+        pre = cache[b + "mlp.hook_pre"].reshape(S, N, m)
+        grads[b + "mlp.W_out"][...] = post.swapaxes(1, 2) @ dresid
+        grads[b + "mlp.b_out"][...] = dresid.sum(1)
+        dpost = dresid @ params[b + "mlp.W_out"].swapaxes(1, 2)
+        if cfg.act_fn == "relu":
+            dpre = dpost * (pre > 0)
+        else:
+            t = np.tanh(GELU_C * (pre + 0.044715 * pre ** 3))
+            dpre = dpost * (0.5 * (1 + t) + 0.5 * pre * (1 - t * t) * GELU_C
+                            * (1 + 3 * 0.044715 * pre * pre))
+        mlp_in = (cache[b + "ln2.hook_normalized"] if cfg.normalization == "pre_ln"
+                  else cache[b + "hook_resid_mid"]).reshape(S, N, d)
+        grads[b + "mlp.W_in"][...] = mlp_in.swapaxes(1, 2) @ dpre
+        grads[b + "mlp.b_in"][...] = dpre.sum(1)
+        dmlp_in = dpre @ params[b + "mlp.W_in"].swapaxes(1, 2)
+        if cfg.normalization == "pre_ln":
+            dmlp_in = layer_norm_backward(
+                dmlp_in.reshape(S, B, T, d), cache["_" + b + "ln2.x_hat"],
+                cache[b + "ln2.hook_scale"], params[b + "ln2.w"], grads, b + "ln2").reshape(S, N, d)
+        dresid = dresid + dmlp_in
+        # Attention: z = e + concat_h(softmax(q k^T / sqrt(dh)) v) [W_O]
+        dz = dresid
+        if cfg.attn_out:
+            z_flat = cache[b + "attn.hook_z"].reshape(S, N, H * dh)
+            W_O = params[b + "attn.W_O"].reshape(S, H * dh, d)
+            grads[b + "attn.W_O"][...] = (z_flat.swapaxes(1, 2) @ dresid).reshape(S, H, dh, d)
+            dz = dresid @ W_O.swapaxes(1, 2)
+        dz = dz.reshape(S, B, T, H, dh).transpose(0, 1, 3, 2, 4)               # (S,B,H,T,dh)
+        q, k, v = (cache[b + f"attn.hook_{w}"].transpose(0, 1, 3, 2, 4) for w in "qkv")
+        pattern = cache[b + "attn.hook_pattern"]
+        dpattern = dz @ v.swapaxes(-1, -2)
+        dv = pattern.swapaxes(-1, -2) @ dz
+        dscores = pattern * (dpattern - (dpattern * pattern).sum(-1, keepdims=True))
+        dscores = np.where(mask, dscores, 0.0) / math.sqrt(dh)
+        dq = dscores @ k
+        dk = dscores.swapaxes(-1, -2) @ q
+        attn_in = (cache[b + "ln1.hook_normalized"] if cfg.normalization == "pre_ln"
+                   else cache[b + "hook_resid_pre"]).reshape(S, N, d)
+        dattn_in = 0.0
+        for w, dw in zip("QKV", (dq, dk, dv)):
+            dw = dw.transpose(0, 1, 3, 2, 4).reshape(S, N, H * dh)
+            grads[b + f"attn.W_{w}"][...] = (
+                (attn_in.swapaxes(1, 2) @ dw).reshape(S, d, H, dh).transpose(0, 2, 1, 3))
+            if cfg.qkv_bias:
+                grads[b + f"attn.b_{w}"][...] = dw.sum(1).reshape(S, H, dh)
+            W = params[b + f"attn.W_{w}"].transpose(0, 2, 1, 3).reshape(S, d, H * dh)
+            dattn_in = dattn_in + dw @ W.swapaxes(1, 2)
+        if cfg.normalization == "pre_ln":
+            dattn_in = layer_norm_backward(
+                dattn_in.reshape(S, B, T, d), cache["_" + b + "ln1.x_hat"],
+                cache[b + "ln1.hook_scale"], params[b + "ln1.w"], grads, b + "ln1").reshape(S, N, d)
+        dresid = dresid + dattn_in
+    grads["pos_embed.W_pos"][:, :T] = dresid.reshape(S, B, T, d).sum(1)
+    grads["embed.W_E"][...] = cache["_onehot"].swapaxes(1, 2) @ dresid
+    return grads
+
+
+def cross_entropy(logits: np.ndarray, targets: np.ndarray, weights: np.ndarray):
+    """Per-seed weighted mean next-token loss (S,) and its gradient with respect to the logits.
+
+    `weights` (S, B, T) is 1 where a target counts and 0 where it is dropped.
+    """
+    shifted = logits - logits.max(-1, keepdims=True)
+    exp = np.exp(shifted)
+    sumexp = exp.sum(-1, keepdims=True)
+    onehot = targets[..., None] == np.arange(logits.shape[-1])
+    nll = np.log(sumexp[..., 0]) - (shifted * onehot).sum(-1)                # (S,B,T)
+    total = np.maximum(weights.sum((1, 2)), 1.0)                             # (S,)
+    loss = (nll * weights).sum((1, 2)) / total
+    dlogits = (exp / sumexp - onehot) * (weights / total[:, None, None])[..., None]
+    return loss, dlogits

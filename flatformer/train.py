@@ -1,0 +1,375 @@
+"""Recipes and the batched trainer: many seeds, one NumPy program."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import __version__
+from .config import ModelConfig
+from .data import TaskData
+from .evaluate import evaluate
+from .errors import FlatformerError
+from .model import Params, backward, cross_entropy, forward, init_params
+from .optim import AdamW
+from .runs import atomic_write, checkpoint_path, read_checkpoint, read_metrics, save_checkpoint
+from .tasks.base import Task
+
+CHUNK = 1000  # batches are drawn per seed in chunks of this many steps, keyed by (seed, chunk)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to train. See RECIPES for the two named ones and why they differ."""
+
+    steps: int = 20_000
+    batch_size: int = 8
+    lr: float = 1e-3
+    schedule: str = "constant"          # constant | cosine (to lr * min_lr_ratio)
+    min_lr_ratio: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 1e-2
+    drop_unseen: bool = False           # drop targets whose source lies before the window
+    embed_init_scale: float = 1.0
+    candidates: int = 1                 # inits tried per seed; the best at select_step goes on
+    select_step: int = 0
+    eval_every: int = 200
+    checkpoint_every: int = 100
+
+    def __post_init__(self):
+        checks = [
+            (self.steps >= 1, "steps must be >= 1"),
+            (self.batch_size >= 1, "batch_size must be >= 1"),
+            (self.lr > 0 and math.isfinite(self.lr), "lr must be a positive number"),
+            (self.schedule in ("constant", "cosine"), "schedule must be constant or cosine"),
+            (0 <= self.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]"),
+            (all(0 <= b < 1 for b in self.betas) and len(self.betas) == 2,
+             "betas must be two numbers in [0, 1)"),
+            (self.eps > 0, "eps must be > 0"),
+            (self.weight_decay >= 0, "weight_decay must be >= 0"),
+            (self.embed_init_scale > 0, "embed_init_scale must be > 0"),
+            (self.candidates >= 1, "candidates must be >= 1"),
+            (self.candidates == 1 or 0 < self.select_step <= self.steps,
+             "select_step must be in 1..steps when candidates > 1"),
+            (self.eval_every >= 1 and self.checkpoint_every >= 1,
+             "eval_every and checkpoint_every must be >= 1"),
+            (self.candidates == 1 or self.select_step % self.checkpoint_every == 0,
+             "select_step must be a multiple of checkpoint_every"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise FlatformerError(f"recipe: {message}")
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate for the update that takes the model from `step` to `step + 1`."""
+        if self.schedule == "constant":
+            return self.lr
+        floor = self.lr * self.min_lr_ratio
+        return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * step / self.steps))
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["betas"] = list(self.betas)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Recipe":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise FlatformerError(f"recipe: unknown field(s) {', '.join(unknown)}")
+        if "betas" in data:
+            data = {**data, "betas": tuple(data["betas"])}
+        return cls(**data)
+
+
+RECIPES: dict[str, Recipe] = {
+    # The source, literally: AdamW 1e-3, batch 8 of random windows, every target in the loss.
+    "paper": Recipe(),
+    # Ours. Each change, and why (measured over seeds 0-63 with bench/recipes.py):
+    # - drop_unseen: about 18% of after-`+` targets in a random window name an even number that
+    #   lies before the window starts; they are noise the model can only fit by guessing.
+    # - lr 3e-3 with cosine decay: escapes the plateau sooner and settles at the end.
+    # - embeddings initialised at 0.3x: big random embeddings start tokens in arbitrary places of
+    #   the plane, and the even zones then get stuck in a bad cyclic order.
+    # - 8 candidate inits per seed, trained batched for 2,000 steps; the one with the lowest
+    #   held-out rule error goes on. A stalled plane (some even zones confused) is already
+    #   visible by then, and the batched engine makes the 8 trials cost about 2 single runs.
+    #   The seed still names one reproducible final model.
+    "default": Recipe(lr=3e-3, schedule="cosine", min_lr_ratio=0.1, drop_unseen=True,
+                      embed_init_scale=0.3, candidates=8, select_step=2000),
+}
+
+
+def get_recipe(name: str, **overrides) -> Recipe:
+    if name not in RECIPES:
+        raise FlatformerError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
+    return Recipe.from_dict({**RECIPES[name].to_dict(), **overrides})
+
+
+class Diverged(FlatformerError):
+    pass
+
+
+@dataclass
+class Job:
+    """One training program: a task, a model config, a recipe and the seeds to train together."""
+
+    task: Task
+    cfg: ModelConfig
+    recipe: Recipe
+    seeds: list[int]
+    out_dirs: list[Path]
+    data_seed: int = 0
+    config_extra: dict = dataclasses.field(default_factory=dict)
+
+    def run_config(self, seed: int) -> dict:
+        return {"flatformer": __version__, "task": self.task.name, "seed": seed,
+                "data_seed": self.data_seed, "vocab": list(self.task.vocab),
+                "model": self.cfg.to_dict(), "recipe": self.recipe.to_dict(),
+                **self.config_extra}
+
+
+def batch_indices(seed: int, candidate: int, chunk: int, n_windows: int, batch: int):
+    rng = np.random.default_rng([seed, candidate, chunk])
+    return rng.integers(n_windows, size=(CHUNK, batch))
+
+
+class Trainer:
+    """Trains every (seed, candidate) member in lockstep; after `select_step`, one per seed."""
+
+    def __init__(self, job: Job, data: TaskData, progress: Callable | None = None):
+        self.job, self.data, self.progress = job, data, progress
+        r = job.recipe
+        self.members = [(s, c) for s in job.seeds for c in range(r.candidates)]
+        rngs = [np.random.default_rng([s, c]) for s, c in self.members]
+        self.params = init_params(job.cfg, rngs, r.embed_init_scale)
+        self.opt = AdamW(self.params.flat, r.betas, r.eps, r.weight_decay)
+        self.step = 0
+        self.metrics: list[list[dict]] = [[] for _ in self.members]
+        self.snapshots: dict[int, tuple] = {}   # while selecting: step -> (params, m, v, t)
+        self.pending: dict[int, np.ndarray] = {}  # while selecting: step -> train loss
+        self._batches = (-1, None)
+        self._loss_sum = np.zeros(len(self.members))
+        self._loss_n = 0
+
+    @property
+    def selecting(self) -> bool:
+        """Still training every candidate: checkpoints and metrics wait for the choice."""
+        return len(self.members) > len(self.job.seeds)
+
+    def state(self, i: int, snapshot=None) -> tuple[dict, dict]:
+        """Member i's weights and optimizer state (now, or in a snapshot)."""
+        flat, m, v, t, loss_sum, loss_n = snapshot or self.snapshot_now()
+        n = len(self.members)
+        flats = [np.concatenate([view[i].ravel() for view in
+                                 Params(self.job.cfg, n, buf).views.values()]) for buf in (m, v)]
+        # The running training loss goes along, so a resumed run writes the same metrics.
+        optim = {"m": flats[0], "v": flats[1], "t": np.array([float(t)]),
+                 "candidate": np.array([float(self.members[i][1])]),
+                 "loss_sum": np.array([loss_sum[i]]), "loss_n": np.array([float(loss_n)])}
+        return Params(self.job.cfg, n, flat).seed(i), optim
+
+    def keep(self, chosen: list[int]):
+        """Continue with only the members at indices `chosen`."""
+        cfg, old_n = self.job.cfg, len(self.members)
+        buffers = [Params(cfg, old_n, buf).select(chosen).flat
+                   for buf in (self.params.flat, self.opt.m, self.opt.v)]
+        t = self.opt.t
+        self.params = Params(cfg, len(chosen), buffers[0])
+        self.opt = AdamW(self.params.flat, self.job.recipe.betas, self.job.recipe.eps,
+                         self.job.recipe.weight_decay)
+        self.opt.m, self.opt.v, self.opt.t = buffers[1], buffers[2], t
+        self.members = [self.members[i] for i in chosen]
+        self.metrics = [self.metrics[i] for i in chosen]
+        self._loss_sum = self._loss_sum[chosen]
+        self._batches = (-1, None)
+
+    def restore(self, states: list[tuple[dict, dict]], step: int):
+        """Resume from each seed's checkpoint at `step` (after any selection)."""
+        cfg = self.job.cfg
+        self.keep([self.members.index((s, int(optim["candidate"][0])))
+                   for s, (_, optim) in zip(self.job.seeds, states)])
+        self.params.flat[...] = Params.stack(cfg, [w for w, _ in states]).flat
+        for key, buf in (("m", self.opt.m), ("v", self.opt.v)):
+            for i, view_set in enumerate(states):
+                offset = 0
+                for view in Params(cfg, len(states), buf).views.values():
+                    n = view[i].size
+                    view[i] = view_set[1][key][offset:offset + n].reshape(view[i].shape)
+                    offset += n
+        self.opt.t = int(states[0][1]["t"][0])
+        self._loss_sum = np.array([optim["loss_sum"][0] for _, optim in states])
+        self._loss_n = int(states[0][1]["loss_n"][0])
+        self.step = step
+        for i, out in enumerate(self.job.out_dirs):
+            self.metrics[i] = [m for m in read_metrics(out) if m["step"] <= step]
+
+    def train_step(self):
+        r, data, T = self.job.recipe, self.data, self.job.cfg.n_ctx
+        chunk = self.step // CHUNK
+        if self._batches[0] != chunk:
+            idx = np.stack([batch_indices(s, c, chunk, len(data.train_starts), r.batch_size)
+                            for s, c in self.members], 1)                     # (CHUNK, S, B)
+            self._batches = (chunk, idx)
+        starts = data.train_starts[self._batches[1][self.step % CHUNK]]
+        inputs, targets, weights = data.train.windows(starts, T, r.drop_unseen)
+        logits, cache = forward(self.params, inputs)
+        loss, dlogits = cross_entropy(logits, targets, weights)
+        if not np.all(np.isfinite(loss)):
+            bad = self.members[int(np.flatnonzero(~np.isfinite(loss))[0])][0]
+            raise Diverged(f"loss became NaN at step {self.step + 1} (seed {bad}); the last good "
+                           f"checkpoint is kept: lower the learning rate (--set lr=...) and retrain")
+        grads = backward(self.params, cache, dlogits)
+        self.opt.step(grads.flat, r.lr_at(self.step))
+        self.step += 1
+        self._loss_sum += loss
+        self._loss_n += 1
+
+    def take_train_loss(self) -> np.ndarray | None:
+        loss = self._loss_sum / self._loss_n if self._loss_n else None
+        self._loss_sum, self._loss_n = np.zeros(len(self.members)), 0
+        return loss
+
+    def rows(self, step: int, params: Params, train_loss) -> list[dict]:
+        val_loss, rule_error = evaluate(params, self.data)
+        lr = self.job.recipe.lr_at(min(step, self.job.recipe.steps - 1))
+        return [{"step": step, "train_loss": float((val_loss if train_loss is None
+                                                    else train_loss)[i]),
+                 "val_loss": float(val_loss[i]), "rule_error": float(rule_error[i]), "lr": lr}
+                for i in range(params.n_seeds)]
+
+    def record(self):
+        """Evaluate now. While selecting, only note the training loss: the held-out numbers of
+        the chosen candidates are computed from their snapshots at selection."""
+        train_loss = self.take_train_loss()
+        if self.selecting:
+            self.pending[self.step] = train_loss
+            self.snapshot()
+            return
+        for i, row in enumerate(self.rows(self.step, self.params, train_loss)):
+            self.metrics[i].append(row)
+            self.write_metrics(i)
+
+    def write_metrics(self, i: int):
+        lines = "".join(json.dumps(m) + "\n" for m in self.metrics[i])
+        atomic_write(Path(self.job.out_dirs[i]) / "metrics.jsonl", lines.encode())
+
+    def snapshot_now(self, copy: bool = False):
+        state = (self.params.flat, self.opt.m, self.opt.v, self.opt.t, self._loss_sum,
+                 self._loss_n)
+        return tuple(x.copy() if copy and isinstance(x, np.ndarray) else x for x in state)
+
+    def snapshot(self):
+        self.snapshots[self.step] = self.snapshot_now(copy=True)
+
+    def checkpoint(self):
+        if self.selecting:
+            self.snapshot()
+        else:
+            for i in range(len(self.members)):
+                weights, optim = self.state(i)
+                save_checkpoint(self.job.out_dirs[i], self.step, weights, optim)
+
+    def select(self):
+        """Keep each seed's candidate with the lowest held-out rule error now (then the lowest
+        training loss); write its checkpoints and metrics so far."""
+        _, rule_error = evaluate(self.params, self.data, with_loss=False)
+        train_loss = self.pending[max(self.pending)]
+        chosen = []
+        for s in self.job.seeds:
+            idx = [i for i, (seed, _) in enumerate(self.members) if seed == s]
+            chosen.append(min(idx, key=lambda i: (rule_error[i], train_loss[i])))
+        r = self.job.recipe
+        for step, snapshot in sorted(self.snapshots.items()):
+            states = [self.state(i, snapshot) for i in chosen]
+            if step % r.checkpoint_every == 0:
+                for out, (weights, optim) in zip(self.job.out_dirs, states):
+                    save_checkpoint(out, step, weights, optim)
+            if step in self.pending:
+                loss = self.pending[step]
+                for k, row in enumerate(self.rows(step, Params.stack(
+                        self.job.cfg, [w for w, _ in states]),
+                        None if loss is None else loss[chosen])):
+                    self.metrics[chosen[k]].append(row)
+        self.snapshots.clear()
+        self.pending.clear()
+        self.keep(chosen)
+        for i in range(len(self.members)):
+            self.write_metrics(i)
+
+    def run(self):
+        r = self.job.recipe
+        if self.step == 0:
+            self.checkpoint()
+            self.record()
+        while self.step < r.steps:
+            self.train_step()
+            if self.step % r.eval_every == 0 or self.step == r.steps:
+                self.record()
+            if self.step % r.checkpoint_every == 0 or self.step == r.steps:
+                self.checkpoint()
+            if self.selecting and self.step == r.select_step:
+                self.select()
+            if self.progress:
+                self.progress(self)
+
+
+def prepare_dirs(job: Job, resume: bool) -> int | None:
+    """Create run folders; with `resume`, the step to resume from (None: start afresh)."""
+    for seed, out in zip(job.seeds, job.out_dirs):
+        out = Path(out)
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        config_file = out / "config.json"
+        wanted = job.run_config(seed)
+        if config_file.exists():
+            try:
+                have = json.loads(config_file.read_text())
+            except json.JSONDecodeError:
+                have = None
+            if have != wanted:
+                raise FlatformerError(f"{out} holds a different run; choose another --out or "
+                                      f"delete it")
+            if not resume and any((out / "checkpoints").glob("step_*.safetensors")):
+                raise FlatformerError(f"{out} already holds this run; pass --resume to continue "
+                                      f"it or choose another --out")
+        atomic_write(config_file, (json.dumps(wanted, indent=2) + "\n").encode())
+    if not resume:
+        return None
+    common = None
+    for out in job.out_dirs:
+        steps = {int(p.stem[5:]) for p in (Path(out) / "checkpoints").glob("step_*.safetensors")
+                 if p.stem[5:].isdigit()}
+        common = steps if common is None else common & steps
+    for step in sorted(common or (), reverse=True):
+        try:
+            for out in job.out_dirs:
+                read_checkpoint(checkpoint_path(out, step))
+            return step
+        except FlatformerError:
+            continue
+    return None
+
+
+def train(job: Job, resume: bool = False, progress: Callable | None = None) -> Trainer:
+    """Train the job's seeds together; writes each seed's run folder. Returns the trainer."""
+    data = TaskData.build(job.task, job.cfg.n_ctx, job.data_seed)
+    if len(data.train_starts) == 0:
+        raise FlatformerError(f"task {job.task.name} has no sequence longer than the context "
+                              f"of {job.cfg.n_ctx} tokens")
+    start = prepare_dirs(job, resume)
+    if start is not None and job.recipe.candidates > 1 and start < job.recipe.select_step:
+        start = None  # killed while the candidates were still being tried: try them again
+    trainer = Trainer(job, data, progress)
+    if start is not None and start > 0:
+        states = [read_checkpoint(checkpoint_path(out, start)) for out in job.out_dirs]
+        trainer.restore(states, start)
+    trainer.run()
+    return trainer

@@ -1,0 +1,141 @@
+"""The engine against PyTorch autograd, the hook-name contract, and config validation."""
+
+import numpy as np
+import pytest
+import torch
+
+from flatformer.bridge import TorchTransformer
+from flatformer.config import ModelConfig, preset
+from flatformer.errors import FlatformerError
+from flatformer.model import backward, cross_entropy, forward, hook_names, init_params
+from flatformer.transformer import Transformer
+
+
+def random_batch(cfg, S=3, B=4, seed=0):
+    rng = np.random.default_rng(seed)
+    params = init_params(cfg, [np.random.default_rng([seed, s]) for s in range(S)])
+    for name, view in params.views.items():
+        if ".ln" in name:
+            view += 0.3 * rng.standard_normal(view.shape)
+    tokens = rng.integers(0, cfg.d_vocab, (S, B, cfg.n_ctx))
+    targets = rng.integers(0, cfg.d_vocab, tokens.shape)
+    weights = (rng.random(tokens.shape) > 0.3).astype(float)
+    return params, tokens, targets, weights
+
+
+def test_parameter_counts_match_the_sources():
+    assert preset("paper-2d", 12).n_params == 250
+    assert preset("simulator-16d", 28).n_params == 3184
+
+
+def test_logits_and_gradients_equal_autograd(cfg):
+    params, tokens, targets, weights = random_batch(cfg)
+    logits, cache = forward(params, tokens)
+    loss, dlogits = cross_entropy(logits, targets, weights)
+    grads = backward(params, cache, dlogits)
+    for s in range(params.n_seeds):
+        oracle = TorchTransformer(cfg, params.seed(s))
+        t_logits = oracle(torch.tensor(tokens[s]))
+        np.testing.assert_allclose(t_logits.detach().numpy(), logits[s], atol=1e-12, rtol=0)
+        nll = torch.nn.functional.cross_entropy(t_logits.reshape(-1, cfg.d_vocab),
+                                                torch.tensor(targets[s]).reshape(-1),
+                                                reduction="none")
+        w = torch.tensor(weights[s].reshape(-1))
+        t_loss = (nll * w).sum() / w.sum()
+        assert abs(t_loss.item() - loss[s]) < 1e-12
+        t_loss.backward()
+        for name in cfg.param_shapes():
+            np.testing.assert_allclose(oracle.p(name).grad.numpy(), grads[name][s],
+                                       atol=1e-10, rtol=0, err_msg=name)
+
+
+def test_cache_matches_the_torch_hooks(cfg):
+    params, tokens, _, _ = random_batch(cfg, S=1)
+    model = Transformer(cfg, params.seed(0))
+    _, cache = model.run_with_cache(tokens[0])
+    _, t_cache = TorchTransformer(cfg, params.seed(0)).run_with_cache(torch.tensor(tokens[0]))
+    assert list(cache) == list(t_cache) == hook_names(cfg)
+    for name in cache:
+        np.testing.assert_allclose(np.asarray(t_cache[name].detach()), cache[name], atol=1e-12,
+                                   err_msg=name)
+
+
+def test_hook_names_are_pinned():
+    block = ["blocks.0.hook_resid_pre", "blocks.0.attn.hook_q", "blocks.0.attn.hook_k",
+             "blocks.0.attn.hook_v", "blocks.0.attn.hook_attn_scores",
+             "blocks.0.attn.hook_pattern", "blocks.0.attn.hook_z", "blocks.0.hook_attn_out",
+             "blocks.0.hook_resid_mid", "blocks.0.mlp.hook_pre", "blocks.0.mlp.hook_post",
+             "blocks.0.hook_mlp_out", "blocks.0.hook_resid_post"]
+    assert hook_names(preset("paper-2d", 12)) == ["hook_embed", "hook_pos_embed", *block]
+    assert hook_names(preset("simulator-16d", 28)) == [
+        "hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.0.ln1.hook_scale",
+        "blocks.0.ln1.hook_normalized", *block[1:9], "blocks.0.ln2.hook_scale",
+        "blocks.0.ln2.hook_normalized", *block[9:]]
+    two = hook_names(preset("paper-2d-2layer", 12))
+    assert two[2:] == block + [n.replace("blocks.0", "blocks.1") for n in block]
+
+
+def test_cache_shapes_follow_transformer_lens():
+    cfg = preset("simulator-16d", 28)
+    model = Transformer(cfg, init_params(cfg, [np.random.default_rng(0)]).seed(0))
+    logits, cache = model.run_with_cache([[1, 2, 3, 4, 5]])
+    assert logits.shape == (1, 5, 28)
+    assert cache["blocks.0.attn.hook_q"].shape == (1, 5, 2, 8)
+    assert cache["blocks.0.attn.hook_pattern"].shape == (1, 2, 5, 5)
+    assert cache["blocks.0.attn.hook_z"].shape == (1, 5, 2, 8)
+    assert cache["blocks.0.mlp.hook_post"].shape == (1, 5, 32)
+    np.testing.assert_allclose(cache["blocks.0.attn.hook_pattern"].sum(-1), 1.0)
+    assert np.all(np.triu(cache["blocks.0.attn.hook_pattern"][0, 0], 1) == 0)
+
+
+def test_the_forward_pass_reads_like_the_paper():
+    """e = x + p, z = e + Attn(e), h = z + FFN(z), logits = h W_U + b_U."""
+    cfg = preset("paper-2d", 12)
+    model = Transformer(cfg, init_params(cfg, [np.random.default_rng(1)]).seed(0))
+    logits, c = model.run_with_cache([[4, 1, 11, 4, 6, 9, 5, 11]])
+    e = c["hook_embed"] + c["hook_pos_embed"]
+    np.testing.assert_allclose(c["blocks.0.hook_resid_pre"], e)
+    np.testing.assert_allclose(c["blocks.0.hook_resid_mid"], e + c["blocks.0.hook_attn_out"])
+    np.testing.assert_allclose(c["blocks.0.hook_attn_out"], c["blocks.0.attn.hook_z"][..., 0, :])
+    h = c["blocks.0.hook_resid_mid"] + c["blocks.0.hook_mlp_out"]
+    t = model.tensors
+    np.testing.assert_allclose(logits, h @ t["unembed.W_U"] + t["unembed.b_U"])
+
+
+def test_hooks_change_activations_downstream():
+    cfg = preset("simulator-16d", 28)
+    model = Transformer(cfg, init_params(cfg, [np.random.default_rng(2)]).seed(0))
+    tokens = [[3, 1, 4, 1, 5, 9, 2, 6]]
+    base = model(tokens)
+
+    def head_off(z, name):
+        z = z.copy()
+        z[:, :, 0] = 0.0
+        return z
+
+    logits, cache = model.run_with_cache(tokens, hooks={"blocks.0.attn.hook_z": head_off})
+    assert np.all(cache["blocks.0.attn.hook_z"][:, :, 0] == 0)
+    assert np.abs(logits - base).max() > 1e-6
+    with pytest.raises(FlatformerError, match="no activation named"):
+        model.run_with_cache(tokens, hooks={"blocks.0.hook_nope": head_off})
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(d_model=3), "n_heads \\* d_head must equal d_model"),
+    (dict(act_fn="tanh"), "act_fn"),
+    (dict(normalization="post_ln"), "normalization"),
+    (dict(n_layers=0), "n_layers"),
+])
+def test_config_validates_itself(bad, message):
+    with pytest.raises(FlatformerError, match=message):
+        preset("paper-2d", 12, **bad)
+    assert ModelConfig(d_model=3, d_head=2, attn_out=True).n_params > 0
+
+
+def test_tokens_outside_the_vocabulary_are_refused():
+    cfg = preset("paper-2d", 12)
+    model = Transformer(cfg, init_params(cfg, [np.random.default_rng(0)]).seed(0))
+    with pytest.raises(FlatformerError, match="outside the vocabulary"):
+        model([[1, 12]])
+    with pytest.raises(FlatformerError, match="exceed the context"):
+        model([list(range(9))])
