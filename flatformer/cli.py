@@ -205,7 +205,18 @@ def reproduce(task: str = typer.Option("plus-last-even", help="Task name."),
     run_all(task, preset_name, out_dir, force, console)
 
 
+def load_commands():
+    """Import every module in flatformer/commands, each adding its commands to `app`."""
+    import importlib
+    import pkgutil
+
+    from . import commands
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{commands.__name__}.{info.name}")
+
+
 def main():
+    load_commands()
     import numpy as np
     np.seterr(all="ignore")  # a diverging run is reported once, by the trainer's NaN check
     try:

@@ -20,3 +20,34 @@ CONFIGS = {
 @pytest.fixture(params=list(CONFIGS))
 def cfg(request):
     return CONFIGS[request.param]
+
+
+def make_run(folder, task="plus-last-even", preset_name=None, recipe="default", seeds=None,
+             **sets):
+    """Train a run into `folder` (one seed, or a --seeds folder) and return its path."""
+    from flatformer.cli import build_job
+    from flatformer.train import train
+    pairs = [f"{k}={v}" for k, v in sets.items()]
+    job, out = build_job(task, preset_name, recipe, 0, seeds, folder, pairs)
+    train(job)
+    return out
+
+
+@pytest.fixture(scope="session")
+def paper_run(tmp_path_factory):
+    """The paper's model trained with the default recipe (20,000 steps, about 5 s)."""
+    return make_run(tmp_path_factory.mktemp("paper") / "run")
+
+
+@pytest.fixture(scope="session")
+def simulator_run(tmp_path_factory):
+    """A simulator-16d model (LayerNorm, GELU, two heads, W_O), briefly trained."""
+    return make_run(tmp_path_factory.mktemp("sim") / "run", preset_name="simulator-16d",
+                    steps=1000, candidates=1)
+
+
+@pytest.fixture(scope="session")
+def two_layer_run(tmp_path_factory):
+    """A 2-layer plane model, briefly trained."""
+    return make_run(tmp_path_factory.mktemp("two") / "run", preset_name="paper-2d-2layer",
+                    steps=1000, candidates=1)
