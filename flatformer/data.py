@@ -9,6 +9,8 @@ import numpy as np
 
 from .tasks.base import Task
 
+VAL_WINDOWS = 400
+
 
 @dataclass
 class Corpus:
@@ -19,16 +21,26 @@ class Corpus:
     source: np.ndarray     # (L,) global index of the token the target depends on, or -1
     starts: np.ndarray     # (n_seqs,) where each sequence begins
     ends: np.ndarray       # (n_seqs,) one past where it ends
+    # What the rule error counts (only built for held-out sets): `Task.allowed` per position.
+    allowed: np.ndarray | None = None          # (L, V) tokens the rule allows
+    allowed_source: np.ndarray | None = None   # (L,) global index deciding it, or -1
 
     @classmethod
-    def from_sequences(cls, task: Task, seqs: list[np.ndarray]) -> "Corpus":
+    def from_sequences(cls, task: Task, seqs: list[np.ndarray],
+                       with_allowed: bool = False) -> "Corpus":
         lengths = np.array([len(s) for s in seqs])
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+
+        def globalise(sources):
+            return np.concatenate([np.where(src >= 0, src + start, -1)
+                                   for src, start in zip(sources, starts)])
         targets, sources = zip(*(task.rule(s) for s in seqs))
-        source = np.concatenate([np.where(src >= 0, src + start, -1)
-                                 for src, start in zip(sources, starts)])
-        return cls(np.concatenate(seqs), np.concatenate(targets), source, starts,
-                   starts + lengths)
+        corpus = cls(np.concatenate(seqs), np.concatenate(targets), globalise(sources), starts,
+                     starts + lengths)
+        if with_allowed:
+            masks, allowed_sources = zip(*(task.allowed(s) for s in seqs))
+            corpus.allowed, corpus.allowed_source = np.concatenate(masks), globalise(allowed_sources)
+        return corpus
 
     def window_starts(self, n_ctx: int) -> np.ndarray:
         """Every start of a window of n_ctx inputs plus one target inside one sequence."""
@@ -50,16 +62,17 @@ class Corpus:
         return inputs, targets, weights
 
     def rule_windows(self, n_ctx: int):
-        """For every position with a forced target the context can see: the window of inputs
-        ending just before it (left-aligned at the sequence start when near it), the index in
-        that window of the prediction, and the target."""
-        pos = np.flatnonzero(self.target >= 0)
+        """For every constrained position (by `Task.allowed`) whose deciding tokens the context
+        can see: the window of inputs ending just before it (left-aligned at the sequence start
+        when near it), the index in that window of the prediction, the forced target (-1 when
+        the rule allows several tokens) and the allowed tokens (R, V)."""
+        pos = np.flatnonzero(self.allowed_source >= 0)
         seq = np.searchsorted(self.starts, pos, side="right") - 1
         start = np.maximum(self.starts[seq], pos - n_ctx)
-        seen = self.source[pos] >= start
+        seen = self.allowed_source[pos] >= start
         pos, start = pos[seen], start[seen]
         inputs = self.tokens[start[:, None] + np.arange(n_ctx)]
-        return inputs, pos - 1 - start, self.target[pos]
+        return inputs, pos - 1 - start, self.target[pos], self.allowed[pos]
 
 
 @dataclass
@@ -73,17 +86,23 @@ class TaskData:
     val_targets: np.ndarray
     rule_inputs: np.ndarray
     rule_index: np.ndarray
-    rule_targets: np.ndarray
+    rule_targets: np.ndarray   # (R,) the forced target, or -1 where several tokens are allowed
+    rule_allowed: np.ndarray   # (R, V) the tokens the rule allows: a top prediction outside errs
 
     @classmethod
     def build(cls, task: Task, n_ctx: int, data_seed: int = 0) -> "TaskData":
         train_seqs, held_seqs = task.split(data_seed)
         train = Corpus.from_sequences(task, train_seqs)
-        held = Corpus.from_sequences(task, held_seqs)
-        # Held-out loss: every non-overlapping window, so the number has no sampling noise.
+        held = Corpus.from_sequences(task, held_seqs, with_allowed=True)
+        # Held-out loss: 400 fixed windows (the source's 50 batches of 8), evenly spaced over
+        # the non-overlapping windows of the held-out sequences: no sampling noise between
+        # evaluations, at half the cost of all of them.
         val_starts = np.concatenate([np.arange(s, e - n_ctx, n_ctx)
                                      for s, e in zip(held.starts, held.ends)])
+        if len(val_starts) > VAL_WINDOWS:
+            val_starts = val_starts[np.linspace(0, len(val_starts) - 1, VAL_WINDOWS).round()
+                                    .astype(int)]
         val_inputs, val_targets, _ = held.windows(val_starts, n_ctx, drop_unseen=False)
-        rule_inputs, rule_index, rule_targets = held.rule_windows(n_ctx)
+        rule_inputs, rule_index, rule_targets, rule_allowed = held.rule_windows(n_ctx)
         return cls(train, held, train.window_starts(n_ctx), val_inputs, val_targets,
-                   rule_inputs, rule_index, rule_targets)
+                   rule_inputs, rule_index, rule_targets, rule_allowed)
