@@ -141,3 +141,64 @@ def _as_model(run_or_model, step):
     from .runs import load_run
     run = load_run(run_or_model) if not hasattr(run_or_model, "model") else run_or_model
     return run.model(step)
+
+
+def to_transformer_lens(run_or_model, step: int | None = None):
+    """A TransformerLens `TransformerBridge` (TransformerLens 4) with the run's weights, float64.
+
+    TransformerLens 4 removed `HookedTransformer`; its successor is a `TransformerBridge` around
+    TransformerLens's own native model, in compatibility mode (legacy hook names such as
+    `blocks.0.attn.hook_pattern`). We load our weights without its weight processing (no LN
+    folding, no centring), so every weight and activation is ours. Where our model lacks a piece
+    TransformerLens always has: no W_O (heads concatenated) becomes W_O = identity blocks; missing
+    biases (b_Q/b_K/b_V, b_O, b_U) are zeros; and its final LayerNorm slot is an identity, since
+    our models never have one. Its attention masks with -inf and scales by 1/sqrt(d_head), like
+    ours. One naming difference: its `ln*.hook_normalized` is x_hat before the gain and bias,
+    ours is x_hat * w + b.
+    """
+    _require_torch()
+    model = _as_model(run_or_model, step)
+    cfg = model.cfg
+    try:
+        from transformer_lens import TransformerBridgeConfig
+        from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
+        from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+        from transformer_lens.model_bridge.sources.native.model import NativeModel
+        from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
+    except ImportError as exc:
+        raise FlatformerError(f"to_transformer_lens needs TransformerLens 4 (TransformerBridge): "
+                              f"pip install 'transformer-lens>=4' ({exc})") from None
+    dtype = torch.float64
+    tl_cfg = TransformerBridgeConfig(
+        d_model=cfg.d_model, d_head=cfg.d_head, n_heads=cfg.n_heads, n_layers=cfg.n_layers,
+        d_mlp=cfg.d_mlp, n_ctx=cfg.n_ctx, d_vocab=cfg.d_vocab,
+        act_fn="relu" if cfg.act_fn == "relu" else "gelu_new",  # ours is the tanh approximation
+        normalization_type="LN" if cfg.normalization == "pre_ln" else None, eps=1e-5,
+        positional_embedding_type="standard", architecture="TransformerLensNative",
+        init_weights=False, dtype=dtype)
+    net = NativeModel(tl_cfg).to(dtype)
+    net.ln_out = nn.Identity()  # we never have a final LayerNorm
+
+    def no_final_norm(adapter):
+        # With normalization_type="LN" the adapter would wrap the final slot in a bridge that
+        # recomputes LayerNorm itself; a plain component just passes the identity through.
+        adapter.component_mapping["ln_final"] = GeneralizedComponent(name="ln_out",
+                                                                     config=adapter.cfg)
+
+    bridge = build_bridge_from_module(net, "TransformerLensNative", tl_config=tl_cfg, dtype=dtype,
+                                      model_name="flatformer", post_adapter_hook=no_final_norm)
+    H, dh, d = cfg.n_heads, cfg.d_head, cfg.d_model
+    state = {name: torch.tensor(t, dtype=dtype) for name, t in model.tensors.items()}
+    for layer in range(cfg.n_layers):
+        b = f"blocks.{layer}.attn."
+        if not cfg.attn_out:
+            # Concatenating heads is multiplying by identity blocks: head h writes dims h*dh..
+            state[b + "W_O"] = torch.eye(H * dh, dtype=dtype).reshape(H, dh, d)
+        for w in "QKV":
+            state.setdefault(b + f"b_{w}", torch.zeros(H, dh, dtype=dtype))
+        state[b + "b_O"] = torch.zeros(d, dtype=dtype)
+    state.setdefault("unembed.b_U", torch.zeros(cfg.d_vocab, dtype=dtype))
+    bridge.load_state_dict(convert_tl_checkpoint(state, bridge.cfg), strict=True)
+    bridge.enable_compatibility_mode(no_processing=True, disable_warnings=True)
+    bridge.eval()
+    return bridge

@@ -1,0 +1,255 @@
+"""The paper's five-step algorithm, measured: encode, detect, retrieve, produce, nudge.
+
+The paper reads the algorithm off its figures; here each step is a number computed from the
+weights and the held-out windows. The measures are small pure functions of a `Transformer` and
+arrays, so other analyses (many-seed comparisons) can call them one by one:
+
+- `class_separation`, `position_ladder`: (1) encode
+- `query_separation`: (2) detect
+- `retrieval`, `recency`: (3) retrieve
+- `production`: (4) produce
+- `nudge`: (5) nudge
+
+Tasks declare which checks apply to them: a `checks` attribute on the task class (a function of
+a `Context` returning rows), or a function registered here under the task's name with
+`@register_checks("task-name")`. `checks_for(task)` finds them; the command reports those a task
+has. `recall_checks(marker, wanted, other)` builds the five steps for any task of the form "after
+`marker`, say the most recent token in `wanted`", such as plus-last-even.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..data import TaskData
+from ..transformer import Transformer
+from .geometry import ladder, separation
+
+
+# ---- the measures ---------------------------------------------------------------------------
+
+def combined_embeddings(model: Transformer) -> np.ndarray:
+    """e = x + p for every token at every position: (V, T, d)."""
+    t = model.tensors
+    return t["embed.W_E"][:, None, :] + t["pos_embed.W_pos"][None, :, :]
+
+
+def class_separation(points_by_class: dict[str, np.ndarray]) -> dict[str, dict]:
+    """For every pair of classes {"a / b": {"separable", "gap"}} (see geometry.separation)."""
+    names = list(points_by_class)
+    result = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            result[f"{a} / {b}"] = separation(points_by_class[a], points_by_class[b])
+    return result
+
+
+def position_ladder(model: Transformer) -> dict:
+    """Are the position embeddings a ladder? (geometry.ladder of W_pos)."""
+    return ladder(model.tensors["pos_embed.W_pos"])
+
+
+def layer0_qkv(model: Transformer):
+    """Queries, keys and values (V, T, H, dh) of every token at every position in layer 0.
+
+    In layer 0 these depend only on the token and its position, so one batch whose row t repeats
+    token t covers all V x T combinations.
+    """
+    V, T = model.cfg.d_vocab, model.cfg.n_ctx
+    tokens = np.repeat(np.arange(V)[:, None], T, axis=1)
+    _, cache = model.run_with_cache(tokens)
+    return tuple(cache[f"blocks.0.attn.hook_{w}"] for w in "qkv")
+
+
+def query_separation(model: Transformer, marker: int, head: int = 0) -> dict:
+    """Are the marker's queries (at every position) linearly separable from every other token's
+    queries in layer 0? {"separable", "gap"}."""
+    q = layer0_qkv(model)[0][:, :, head]                                   # (V, T, dh)
+    others = np.delete(q, marker, axis=0).reshape(-1, q.shape[-1])
+    return separation(q[marker], others)
+
+
+def recall_sources(inputs: np.ndarray, index: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each window, the position of the last token in `wanted` before `index` (-1 if none)."""
+    T = inputs.shape[1]
+    before = (np.arange(T)[None, :] < index[:, None]) & wanted[inputs]
+    last = T - 1 - np.argmax(before[:, ::-1], axis=1)
+    return np.where(before.any(1), last, -1)
+
+
+def retrieval(model: Transformer, inputs, index, wanted: np.ndarray) -> dict[tuple, float]:
+    """{(layer, head): fraction of windows whose attention row at `index` puts its largest weight
+    on the most recent `wanted` token before it}."""
+    _, cache = model.run_with_cache(inputs)
+    source = recall_sources(inputs, index, wanted)
+    rows = np.arange(len(inputs))
+    result = {}
+    for layer in range(model.cfg.n_layers):
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]               # (B, H, T, T)
+        for h in range(model.cfg.n_heads):
+            top = pattern[rows, h, index].argmax(-1)
+            result[(layer, h)] = float((top == source).mean())
+    return result
+
+
+def recency(model: Transformer, inputs, index, wanted: np.ndarray, layer: int = 0,
+            head: int = 0) -> float:
+    """Over every pair of `wanted` tokens before each window's `index`, the fraction where the
+    later one gets the higher attention score from the query at `index`."""
+    _, cache = model.run_with_cache(inputs)
+    scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][:, head]        # (B, T, T)
+    wins = total = 0
+    for b, i in enumerate(index):
+        row = scores[b, i]
+        pos = np.flatnonzero(wanted[inputs[b, :i]])
+        if len(pos) < 2:
+            continue
+        s = row[pos]
+        later_higher = s[None, :] > s[:, None]                           # [earlier, later]
+        upper = np.triu(np.ones((len(pos), len(pos)), dtype=bool), 1)
+        wins += int(later_higher[upper].sum())
+        total += int(upper.sum())
+    return wins / total if total else float("nan")
+
+
+def production(model: Transformer, inputs, index, wanted: np.ndarray, layer: int = 0,
+               head: int = 0) -> np.ndarray:
+    """Per window, the cosine similarity between what `head` writes to the stream at `index`
+    and what it would write for the target's own value vector (the head's v at the source
+    position), both through W_O (or into the head's slice without W_O). 1 means the attention
+    output is the target's value, scaled."""
+    cfg, t = model.cfg, model.tensors
+    _, cache = model.run_with_cache(inputs)
+    rows = np.arange(len(inputs))
+    source = recall_sources(inputs, index, wanted)
+    z = cache[f"blocks.{layer}.attn.hook_z"][rows, index, head]             # (B, dh)
+    v = cache[f"blocks.{layer}.attn.hook_v"][rows, source, head]            # (B, dh)
+    if cfg.attn_out:
+        W_O = t[f"blocks.{layer}.attn.W_O"][head]
+        z, v = z @ W_O, v @ W_O
+    norms = np.linalg.norm(z, axis=1) * np.linalg.norm(v, axis=1)
+    return (z * v).sum(1) / np.where(norms > 0, norms, 1.0)
+
+
+def nudge(model: Transformer, inputs, index, targets) -> dict:
+    """The fraction of windows whose prediction at `index` is the target ("z lands in the
+    target's zone": in one layer, z = e + Attn(e) goes through the MLP and W_U), and the same
+    fraction with the last layer's attention output removed (z = e: where the point would be
+    without attention)."""
+    rows = np.arange(len(inputs))
+    with_attn = model(inputs)[rows, index].argmax(-1) == targets
+    last = f"blocks.{model.cfg.n_layers - 1}.hook_attn_out"
+    without = model(inputs, {last: lambda x, n: np.zeros_like(x)})[rows, index].argmax(-1) == targets
+    return {"with_attention": float(with_attn.mean()), "without_attention": float(without.mean())}
+
+
+# ---- checks a task can declare -----------------------------------------------------------------
+
+@dataclass
+class Context:
+    """What a check needs: the model, its task and the task's held-out data."""
+
+    model: Transformer
+    task: object
+    data: TaskData
+
+
+def row(step: str, measure: str, value: float, shown: str) -> dict:
+    return {"step": step, "measure": measure, "value": value, "shown": shown}
+
+
+def recall_checks(marker: str, wanted: list[str], other: list[str],
+                  names: tuple[str, str, str] = ("wanted", "other", "marker")) -> Callable:
+    """The five steps for a task "after `marker`, the most recent token in `wanted`"; `other`
+    is the rest of the tokens that may be recalled past. `names` label the three classes."""
+    def checks(ctx: Context) -> list[dict]:
+        model, vocab = ctx.model, ctx.task.vocab
+        m = vocab.index(marker)
+        want_ids, other_ids = [vocab.index(w) for w in wanted], [vocab.index(o) for o in other]
+        wanted_mask = np.zeros(model.cfg.d_vocab, dtype=bool)
+        wanted_mask[want_ids] = True
+        data = ctx.data
+        # The windows whose prediction follows the marker and is forced (a recall to measure).
+        keep = (data.rule_targets >= 0) & (data.rule_inputs[np.arange(len(data.rule_index)),
+                                                            data.rule_index] == m)
+        inputs, index, targets = (data.rule_inputs[keep], data.rule_index[keep],
+                                  data.rule_targets[keep])
+        W_E, e = model.tensors["embed.W_E"], combined_embeddings(model)
+        d = model.cfg.d_model
+        rows = []
+        for label, points in (("token embeddings", lambda ids: W_E[ids]),
+                              ("token + position embeddings",
+                               lambda ids: e[ids].reshape(-1, d))):
+            pairs = class_separation({names[0]: points(want_ids), names[1]: points(other_ids),
+                                      names[2]: points([m])})
+            n_sep = sum(p["separable"] for p in pairs.values())
+            smallest = min(p["gap"] for p in pairs.values())
+            rows.append(row("1 encode", f"{' / '.join(names)} {label}: pairs linearly separable",
+                            n_sep / len(pairs),
+                            f"{n_sep} of {len(pairs)} (smallest gap {smallest:.2f} of spread)"))
+        lad = position_ladder(model)
+        rows.append(row("1 encode", "positions in order along the ladder's axis (rank corr.)",
+                        lad["rho"], f"{lad['rho']:.2f}; {lad['steps_in_order']} of "
+                        f"{len(lad['along']) - 1} steps in order; the axis holds "
+                        f"{lad['axis_share']:.0%} of the variance"))
+        if not len(targets):
+            return rows
+        found = retrieval(model, inputs, index, wanted_mask)
+        layer, head = max(found, key=found.get)
+        where = f"head {layer}.{head}"
+        if layer == 0:
+            qs = query_separation(model, m, head)
+            rows.append(row("2 detect", f"{marker} queries separable from the other queries "
+                            f"({where})", qs["gap"],
+                            f"{'yes' if qs['separable'] else 'no'} (gap {qs['gap']:.2f} of spread)"))
+        rows.append(row("3 retrieve", f"{marker} rows with top weight on the most recent "
+                        f"{names[0]} ({where})", found[(layer, head)],
+                        f"{found[(layer, head)]:.1%} of {len(targets)}"))
+        rec = recency(model, inputs, index, wanted_mask, layer, head)
+        rows.append(row("3 retrieve", f"a later {names[0]} outscores an earlier one",
+                        rec, f"{rec:.1%} of pairs"))
+        cos = production(model, inputs, index, wanted_mask, layer, head)
+        rows.append(row("4 produce", f"cos(head output, target's value) ({where})",
+                        float(cos.mean()), f"mean {cos.mean():.3f}, min {cos.min():.3f}"))
+        nd = nudge(model, inputs, index, targets)
+        rows.append(row("5 nudge", "z lands in the target's zone",
+                        nd["with_attention"], f"{nd['with_attention']:.1%} "
+                        f"(rule error {1 - nd['with_attention']:.1%})"))
+        rows.append(row("5 nudge", "... without attention (z = e)", nd["without_attention"],
+                        f"{nd['without_attention']:.1%}"))
+        return rows
+    return checks
+
+
+CHECKS: dict[str, Callable[[Context], list[dict]]] = {}
+
+
+def register_checks(task_name: str):
+    """Decorator: `fn(ctx) -> rows` are the checks of the task called `task_name`."""
+    def add(fn):
+        CHECKS[task_name] = fn
+        return fn
+    return add
+
+
+def checks_for(task) -> Callable[[Context], list[dict]] | None:
+    """The checks a task declares (its `checks` attribute, else the registry), or None."""
+    declared = getattr(type(task), "checks", None)
+    return declared if callable(declared) else CHECKS.get(task.name)
+
+
+EVENS = [str(i) for i in range(0, 11, 2)]
+ODDS = [str(i) for i in range(1, 11, 2)]
+register_checks("plus-last-even")(recall_checks("+", EVENS, ODDS, ("even", "odd", "+")))
+# The same algorithm with the parity flipped (numbers 0..9, marker `*`).
+register_checks("last-odd")(recall_checks("*", [str(i) for i in range(1, 10, 2)],
+                                          [str(i) for i in range(0, 10, 2)], ("odd", "even", "*")))
+
+
+def run_checks(model: Transformer, task, data: TaskData) -> list[dict] | None:
+    """The rows of the task's checks on this model, or None when the task declares none."""
+    checks = checks_for(task)
+    return None if checks is None else checks(Context(model, task, data))

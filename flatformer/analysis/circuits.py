@@ -1,0 +1,66 @@
+"""Each head's QK and OV circuits, their singular values and how concentrated they are.
+
+QK = W_Q W_K^T (d x d): the bilinear form a query's and a key's residual vectors are scored by
+(before the 1/sqrt(d_head) scale). OV = W_V W_O (d x d): what the head writes for a key it attends
+to. Without W_O the heads' outputs are concatenated, so OV is W_V itself (d x d_head): head h
+writes into its own d_head slice of the stream, which changes no singular value. Either matrix
+has rank at most d_head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..transformer import Transformer
+
+
+@dataclass
+class HeadCircuits:
+    layer: int
+    head: int
+    QK: np.ndarray          # (d, d)
+    OV: np.ndarray          # (d, d), or (d, d_head) without W_O
+    qk_singular: np.ndarray  # descending, length min(shape) of QK
+    ov_singular: np.ndarray
+
+    def qk_mass(self, k: int) -> float:
+        return top_k_mass(self.qk_singular, k)
+
+    def ov_mass(self, k: int) -> float:
+        return top_k_mass(self.ov_singular, k)
+
+
+def top_k_mass(singular: np.ndarray, k: int) -> float:
+    """Share of the squared singular values (the squared Frobenius norm) in the top k."""
+    squared = np.sort(np.asarray(singular, dtype=float))[::-1] ** 2
+    total = squared.sum()
+    return float(squared[:k].sum() / total) if total > 0 else 1.0
+
+
+def head_circuits(model: Transformer) -> list[HeadCircuits]:
+    """QK and OV of every head, layer by layer."""
+    cfg, t = model.cfg, model.tensors
+    heads = []
+    for layer in range(cfg.n_layers):
+        b = f"blocks.{layer}.attn."
+        for h in range(cfg.n_heads):
+            QK = t[b + "W_Q"][h] @ t[b + "W_K"][h].T
+            OV = t[b + "W_V"][h] @ t[b + "W_O"][h] if cfg.attn_out else t[b + "W_V"][h].copy()
+            heads.append(HeadCircuits(layer, h, QK, OV, np.linalg.svd(QK, compute_uv=False),
+                                      np.linalg.svd(OV, compute_uv=False)))
+    return heads
+
+
+def circuit_table(model: Transformer, k: int = 3) -> list[dict]:
+    """One row per head: singular values of QK and OV and the share of squared mass in the top
+    k (the simulator page's table; k = 3 there)."""
+    rows = []
+    for c in head_circuits(model):
+        rank = model.cfg.d_head
+        rows.append({"layer": c.layer, "head": c.head, "k": k,
+                     "qk_singular": c.qk_singular[:rank].tolist(),
+                     "ov_singular": c.ov_singular[:rank].tolist(),
+                     "qk_mass": c.qk_mass(k), "ov_mass": c.ov_mass(k)})
+    return rows

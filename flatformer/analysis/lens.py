@@ -1,0 +1,106 @@
+"""The logit lens, and the logits split into what each stage writes.
+
+The residual stream is a sum: token embedding + position embedding + every attention output +
+every MLP output. Logits are that sum times W_U, plus b_U. Our models have no final LayerNorm
+(with `pre_ln` the LayerNorms sit inside the attention and MLP branches, before they read the
+stream, never between the stream and W_U), so reading the stream after any stage with W_U is
+exactly what the model would output if it stopped there, and the stage contributions add up to
+the logits exactly. (A model with a final LayerNorm would break both statements: its lens needs
+the final scale frozen or recomputed, and its decomposition holds only with the scale frozen.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..transformer import Transformer
+from .interventions import Hooks, kl_divergence
+
+EXACT_NOTE = ("exact: no final LayerNorm, the stream goes straight into W_U")
+EXACT_NOTE_LN = ("exact: the LayerNorms sit inside the attention and MLP branches; there is no "
+                 "final LayerNorm, the stream goes straight into W_U")
+
+
+def lens_note(model: Transformer) -> str:
+    """What the report says about LayerNorm and the lens."""
+    return EXACT_NOTE_LN if model.cfg.normalization == "pre_ln" else EXACT_NOTE
+
+
+def unembed(model: Transformer, resid: np.ndarray) -> np.ndarray:
+    """Logits (..., V) for residual-stream vectors (..., d)."""
+    t = model.params
+    logits = resid @ t["unembed.W_U"][0]
+    if model.cfg.unembed_bias:
+        logits = logits + t["unembed.b_U"][0]
+    return logits
+
+
+def stage_names(model: Transformer) -> list[tuple[str, str]]:
+    """(stage label, activation holding the stream after it), in forward order."""
+    stages = [("embed", "blocks.0.hook_resid_pre")]
+    for layer in range(model.cfg.n_layers):
+        stages += [(f"{layer}.attn", f"blocks.{layer}.hook_resid_mid"),
+                   (f"{layer}.mlp", f"blocks.{layer}.hook_resid_post")]
+    return stages
+
+
+def logit_lens(model: Transformer, tokens, hooks: Hooks | None = None) -> dict[str, np.ndarray]:
+    """{stage: logits (B, T, V)} read off the stream after the embeddings, each attention and
+    each MLP. The last stage is the model's output."""
+    _, cache = model.run_with_cache(tokens, hooks)
+    return {label: unembed(model, cache[name]) for label, name in stage_names(model)}
+
+
+def contributions(model: Transformer, tokens, by_head: bool = True) -> dict[str, np.ndarray]:
+    """{term: logits (B, T, V)} whose sum is the model's logits.
+
+    Terms, in forward order: `embed` (W_E), `pos` (W_pos), per layer each head (`L.head h`, or
+    `L.attn` with `by_head=False`), `L.mlp` (the neurons, post @ W_out) and `L.mlp bias`
+    (b_out), then `bias` (b_U) when the model has one. Without W_O, head h writes its z into its
+    own d_head slice of the stream.
+    """
+    cfg, t = model.cfg, model.params
+    _, cache = model.run_with_cache(tokens)
+    W_U = t["unembed.W_U"][0]
+    terms = {"embed": cache["hook_embed"] @ W_U, "pos": cache["hook_pos_embed"] @ W_U}
+    H, dh = cfg.n_heads, cfg.d_head
+    for layer in range(cfg.n_layers):
+        b = f"blocks.{layer}."
+        if by_head:
+            z = cache[b + "attn.hook_z"]                                   # (B, T, H, dh)
+            for h in range(H):
+                if cfg.attn_out:
+                    written = z[:, :, h] @ t[b + "attn.W_O"][0, h]
+                else:
+                    written = np.zeros(z.shape[:2] + (cfg.d_model,))
+                    written[..., h * dh:(h + 1) * dh] = z[:, :, h]
+                terms[f"{layer}.head {h}"] = written @ W_U
+        else:
+            terms[f"{layer}.attn"] = cache[b + "hook_attn_out"] @ W_U
+        post = cache[b + "mlp.hook_post"]
+        terms[f"{layer}.mlp"] = post @ t[b + "mlp.W_out"][0] @ W_U
+        terms[f"{layer}.mlp bias"] = np.broadcast_to(
+            t[b + "mlp.b_out"][0] @ W_U, post.shape[:2] + (cfg.d_vocab,))
+    if cfg.unembed_bias:
+        terms["bias"] = np.broadcast_to(t["unembed.b_U"][0], terms["embed"].shape)
+    return terms
+
+
+def lens_summary(model: Transformer, prompts) -> list[dict]:
+    """Per stage, over the prompts' last positions: how often the lens's top token is the model's
+    final top token, and the mean KL(final || lens) in nats."""
+    prompts = [np.asarray(p) for p in prompts]
+    rows = []
+    lengths = np.array([len(p) for p in prompts])
+    per_stage: dict[str, list] = {}
+    for length in np.unique(lengths):
+        batch = np.stack([prompts[i] for i in np.flatnonzero(lengths == length)])
+        for label, logits in logit_lens(model, batch).items():
+            per_stage.setdefault(label, []).append(logits[:, -1])
+    stages = {label: np.concatenate(parts) for label, parts in per_stage.items()}
+    final = list(stages.values())[-1]
+    for label, logits in stages.items():
+        rows.append({"stage": label,
+                     "agrees": float((logits.argmax(-1) == final.argmax(-1)).mean()),
+                     "kl": float(kl_divergence(final, logits).mean())})
+    return rows

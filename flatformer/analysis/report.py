@@ -1,0 +1,112 @@
+"""The whole analysis of one checkpoint as one JSON-ready dict: what `flatformer analyze` prints
+and what `flatformer reproduce` can save."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..data import TaskData
+from ..errors import FlatformerError
+from ..evaluate import evaluate
+from ..model import Params
+from .algorithm import run_checks
+from .circuits import circuit_table
+from .interventions import knob_kls, standard_knobs
+from .lens import contributions, lens_note, lens_summary
+
+MAX_PROMPTS = 200
+MAX_REFERENCE = 512
+
+
+def default_prompts(task, data: TaskData, limit: int = MAX_PROMPTS) -> list[np.ndarray]:
+    """The task's demo, then held-out windows cut just after a position the rule constrains (so
+    the next token is the rule's), or plain held-out windows when the task has no rule."""
+    prompts = []
+    if task.demo:
+        demo = np.asarray(task.encode(task.demo))
+        if 0 < len(demo) <= data.val_inputs.shape[1]:
+            prompts.append(demo)
+    if len(data.rule_index):
+        prompts += [w[:i + 1] for w, i in zip(data.rule_inputs, data.rule_index)]
+    else:
+        prompts += list(data.val_inputs)
+    return prompts[:limit]
+
+
+def read_prompts(path, task, n_ctx: int) -> tuple[list[np.ndarray], int]:
+    """Prompts from a file, one per line (space-separated tokens; blank lines and lines starting
+    with # are skipped). A prompt longer than the context is read through its last n_ctx tokens,
+    as the model would see it while generating. Returns (prompts, how many were cut)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FlatformerError(f"prompts file {path} does not exist")
+    prompts, cut = [], 0
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            tokens = task.encode(text)
+        except FlatformerError as exc:
+            raise FlatformerError(f"{path} line {number}: {exc}") from None
+        if len(tokens) > n_ctx:
+            tokens, cut = tokens[-n_ctx:], cut + 1
+        prompts.append(np.asarray(tokens, dtype=np.int64))
+    if not prompts:
+        raise FlatformerError(f"prompts file {path} holds no prompt")
+    return prompts, cut
+
+
+def _summary(values: np.ndarray) -> dict:
+    return {"min": float(values.min()), "median": float(np.median(values)),
+            "mean": float(values.mean()), "max": float(values.max()),
+            "worst_prompt": int(values.argmax())}
+
+
+def attribution(model, prompts) -> tuple[list[dict], float]:
+    """Direct logit attribution at each prompt's last position: per term of the logit
+    decomposition, its mean push on the model's top token relative to the average token (logits
+    are only defined up to a constant, so each term is centred over the vocabulary). Also returns
+    the largest gap between the sum of the terms and the model's logits (rounding only)."""
+    lengths = np.array([len(p) for p in prompts])
+    totals: dict[str, float] = {}
+    error = 0.0
+    for length in np.unique(lengths):
+        batch = np.stack([prompts[i] for i in np.flatnonzero(lengths == length)])
+        terms = contributions(model, batch)
+        total = sum(terms.values())
+        error = max(error, float(np.abs(total - model(batch)).max()))
+        top = total[:, -1].argmax(-1)
+        for name, logits in terms.items():
+            last = logits[:, -1] - logits[:, -1].mean(-1, keepdims=True)
+            totals[name] = totals.get(name, 0.0) + float(last[np.arange(len(batch)), top].sum())
+    return [{"term": name, "push": t / len(prompts)} for name, t in totals.items()], error
+
+
+def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = None,
+            prompt_source: str | None = None, k: int = 3) -> dict:
+    """Everything `flatformer analyze` reports about one checkpoint of a run."""
+    step = run.resolve_step(step)
+    model, task = run.model(step), run.task
+    data = TaskData.build(task, run.cfg.n_ctx, run.config.get("data_seed", 0))
+    loss, rule_error = evaluate(Params.stack(run.cfg, [model.tensors]), data)
+    if prompts is None:
+        prompts, prompt_source = default_prompts(task, data), "held-out"
+    kls = knob_kls(model, prompts, standard_knobs(model, data.val_inputs[:MAX_REFERENCE]))
+    pushes, exact = attribution(model, prompts)
+    return {
+        "run": str(run.path), "task": task.name, "step": step, "preset": run.config.get("preset"),
+        "n_params": run.cfg.n_params, "model": run.cfg.to_dict(),
+        "held_out": {"loss": float(loss[0]), "rule_error": float(rule_error[0]),
+                     "rule_positions": int(len(data.rule_targets))},
+        "prompts": {"count": len(prompts), "source": prompt_source or "given",
+                    "text": [task.decode(p) for p in prompts]},
+        "algorithm": run_checks(model, task, data),
+        "knobs": [{"name": name, **_summary(values), "kl": values.tolist()}
+                  for name, values in kls.items()],
+        "lens": {"note": lens_note(model), "stages": lens_summary(model, prompts),
+                 "decomposition_error": exact, "attribution": pushes},
+        "circuits": circuit_table(model, k),
+    }

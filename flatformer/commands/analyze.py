@@ -1,0 +1,170 @@
+"""`flatformer analyze`: the measured report of a checkpoint; `flatformer generate`: sampling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Tuple
+
+import numpy as np
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ..cli import app, out
+from ..errors import FlatformerError
+
+
+def _plain(text) -> Text:
+    return Text(str(text))  # token strings such as "[" must never be read as rich markup
+
+
+def _table(title: str, *columns: str) -> Table:
+    """A table under its heading (printed now, on its own line: a rich title would wrap to the
+    table's width)."""
+    if title:
+        out.print()
+        out.print(Text(title, style="bold"))
+    table = Table()
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    return table
+
+
+def render_report(report: dict):
+    held = report["held_out"]
+    out.print(_plain(
+        f"{report['run']}: {report['task']}, {report['preset'] or 'custom'} "
+        f"({report['n_params']} parameters), step {report['step']}; held-out loss "
+        f"{held['loss']:.4f}, rule error {held['rule_error']:.2%} over "
+        f"{held['rule_positions']} positions"))
+    if report["algorithm"] is not None:
+        table = _table("The algorithm, measured (held-out windows)", "step", "measure", "value")
+        table.columns[1].justify = "left"
+        for row in report["algorithm"]:
+            table.add_row(_plain(row["step"]), _plain(row["measure"]), _plain(row["shown"]))
+        out.print(table)
+    prompts = report["prompts"]
+    table = _table(f"Knobs: KL(original || changed) of the next token, nats, over "
+                   f"{prompts['count']} {prompts['source']} prompts",
+                   "knob", "min", "median", "max", "prompt with the max")
+    table.columns[-1].justify = "left"
+    for knob in report["knobs"]:
+        table.add_row(_plain(knob["name"]), f"{knob['min']:.3f}", f"{knob['median']:.3f}",
+                      f"{knob['max']:.3f}", _plain(prompts["text"][knob["worst_prompt"]]))
+    out.print(table)
+    lens = report["lens"]
+    table = _table(f"Logit lens at the last position ({lens['note']})",
+                   "after", "top token = final", "KL(final || lens)")
+    for stage in lens["stages"]:
+        table.add_row(_plain(stage["stage"]), f"{stage['agrees']:.1%}", f"{stage['kl']:.3f}")
+    out.print(table)
+    table = _table(f"Direct logit attribution: the terms sum to the logits (largest gap "
+                   f"{lens['decomposition_error']:.1e})", "term", "push on the top token")
+    for term in lens["attribution"]:
+        table.add_row(_plain(term["term"]), f"{term['push']:+.3f}")
+    out.print(table)
+    circuits = report["circuits"]
+    k = circuits[0]["k"] if circuits else 3
+    table = _table("Circuits: singular values of each head's QK = W_Q W_K^T and OV",
+                   "head", "QK singular values", f"QK top {k}", "OV singular values", f"OV top {k}")
+    for c in circuits:
+        table.add_row(f"{c['layer']}.{c['head']}", " ".join(f"{s:.3g}" for s in c["qk_singular"]),
+                      f"{c['qk_mass']:.1%}", " ".join(f"{s:.3g}" for s in c["ov_singular"]),
+                      f"{c['ov_mass']:.1%}")
+    out.print(table)
+    if report.get("patching"):
+        render_patching(report["patching"])
+
+
+def render_patching(patching: dict):
+    T = len(patching["restored"][0])
+    table = _table(f"Activation patching: share of the logit difference restored by patching "
+                   f"the clean run ({patching['clean']}) into the corrupt one "
+                   f"({patching['corrupt']}), per position", "activation",
+                   *[str(t) for t in range(T)])
+    for name, values in zip(patching["names"], patching["restored"]):
+        table.add_row(_plain(name), *["-" if v is None else f"{v:.2f}" for v in values])
+    out.print(table)
+
+
+@app.command()
+def analyze(
+    run: Path = typer.Argument(..., help="A run folder."),
+    step: Optional[int] = typer.Option(None, help="Checkpoint step [last]."),
+    prompts: Optional[Path] = typer.Option(None, help="A file of prompts, one per line "
+                                           "[the task's demo and held-out windows]."),
+    patch: Optional[Tuple[str, str]] = typer.Option(None, help="Two prompts of equal length, "
+                                                    "CLEAN CORRUPT: patch one into the other."),
+    k: int = typer.Option(3, help="Top k singular values whose share of the mass is reported."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+):
+    """Measure a checkpoint: the task's algorithm, knobs (head/MLP/position ablations, attention
+    scaling) with their KL, logit lens and attribution, and each head's QK/OV singular values."""
+    from ..analysis.interventions import patching_sweep
+    from ..analysis.report import analyze as run_analysis
+    from ..analysis.report import read_prompts
+    from ..runs import load_run
+    loaded = load_run(run)
+    if k < 1:
+        raise FlatformerError(f"--k must be >= 1, got {k}")
+    given, source = None, None
+    if prompts is not None:
+        given, cut = read_prompts(prompts, loaded.task, loaded.cfg.n_ctx)
+        source = f"from {prompts}" + (f", {cut} cut to their last {loaded.cfg.n_ctx} tokens"
+                                      if cut else "")
+    report = run_analysis(loaded, step, given, source, k)
+    if patch:
+        clean, corrupt = (loaded.task.encode(p) for p in patch)
+        names, restored, kl = patching_sweep(loaded.model(report["step"]), clean, corrupt)
+        report["patching"] = {
+            "clean": patch[0], "corrupt": patch[1], "names": names,
+            "restored": [[None if np.isnan(v) else float(v) for v in r] for r in restored],
+            "kl": kl.tolist()}
+    if as_json:
+        print(json.dumps(report))
+    else:
+        render_report(report)
+
+
+@app.command()
+def generate(
+    run: Path = typer.Argument(..., help="A run folder."),
+    prompt: str = typer.Option(..., help="Space-separated tokens, e.g. \"4 1 + 4 6\"."),
+    n: int = typer.Option(10, "-n", help="Tokens to generate."),
+    temperature: float = typer.Option(1.0, help="Softmax temperature; 0 is greedy."),
+    top_k: Optional[int] = typer.Option(None, help="Keep only the k likeliest tokens."),
+    top_p: Optional[float] = typer.Option(None, help="Keep the likeliest tokens up to mass p."),
+    seed: int = typer.Option(0, help="Seed of the sampler's random draws."),
+    greedy: bool = typer.Option(False, help="Always take the likeliest token."),
+    step: Optional[int] = typer.Option(None, help="Checkpoint step [last]."),
+    verbose: bool = typer.Option(False, help="A table of every step: probability, entropy, "
+                                 "effective choices and the raw random draw."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+):
+    """Continue a prompt with the trained model (the context slides over the last n_ctx tokens)."""
+    from ..analysis.sampling import generate as sample
+    from ..runs import load_run
+    loaded = load_run(run)
+    task = loaded.task
+    tokens = task.encode(prompt)
+    if not tokens:
+        raise FlatformerError("--prompt is empty")
+    steps = sample(loaded.model(step), tokens, n, temperature, top_k, top_p, seed, greedy)
+    new = [s.token for s in steps]
+    if as_json:
+        print(json.dumps({"prompt": task.decode(tokens), "generated": task.decode(new),
+                          "tokens": new, "steps": [s.__dict__ for s in steps]}))
+        return
+    text = Text(task.decode(tokens))
+    if new:
+        text.append(" ")
+        text.append(task.decode(new), style="bold")
+    out.print(text)
+    if verbose:
+        table = _table("", "#", "token", "p", "entropy (nats)", "effective choices", "draw u")
+        for i, s in enumerate(steps):
+            table.add_row(str(i + 1), _plain(task.vocab[s.token]), f"{s.probability:.3f}",
+                          f"{s.entropy:.3f}", f"{np.exp(s.entropy):.2f}",
+                          "greedy" if s.u is None else f"{s.u:.4f}")
+        out.print(table)
