@@ -1,0 +1,163 @@
+"""The run report: one HTML page that opens offline and links everything `reproduce` made."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+from .runs import Run
+
+# What each figure shows and what to notice, keyed by file name. `{focus}` is the task's focus
+# token; the sentences hold for any task, with the paper's task in mind.
+CAPTIONS = {
+    "fig02_training_data": "Training sequences as heatmaps. Constrained positions (right after "
+    "the rule's trigger) are green; unconstrained ones gray.",
+    "fig03_learning_curve": "Loss and held-out rule error over training. Notice the plateau "
+    "before the rule is found, then the sudden drop of the rule error.",
+    "fig04_generated_sequences": "Sequences the model generates at step 0 and after training; "
+    "constrained positions green when right, red when wrong.",
+    "fig05_embeddings": "Token, position and combined embeddings. The positions form a ladder; "
+    "notice how the token classes the rule needs sit in separate regions of the plane.",
+    "fig06_qkv": "The combined embeddings and their images in query, key and value space, each "
+    "with its 2 x 2 weight matrix.",
+    "fig07_qk_space": "Queries and keys on common axes, and one {focus} query's dot product with "
+    "every point of the plane; keys the causal mask hides are grayed.",
+    "fig08_trigger_qk_scores": "Pre-softmax scores of {focus} queries against every key token, "
+    "by query and key position: later keys of the wanted class score higher (recency).",
+    "fig09_output_landscape": "The output network (MLP, residual and unembedding) as a map from "
+    "the plane to a probability for each token.",
+    "fig10_landscape_summary": "Entropy and argmax of the output landscape, with the combined "
+    "embeddings and the value vectors overlaid: each target token owns a zone.",
+    "fig11_trace_embeddings": "The demo sequence's embeddings over the gray backdrop of all "
+    "token+position points.",
+    "fig12_trace_qk": "The demo sequence's queries and keys, as heatmaps and in the plane.",
+    "fig13_trace_attention": "Per-query dot-product fields, masked scores and the attention "
+    "matrix of the demo sequence: the {focus} rows pick one key.",
+    "fig14_trace_values": "Values, attention-weighted values and attention outputs of the demo "
+    "sequence.",
+    "fig15_trace_nudge": "Each position's embedding e, its attention output and z = e + Attn(e) "
+    "over the argmax map: every {focus} is nudged into the zone of its target.",
+    "supp_qkv_overview": "Queries, keys and values of all token+position points, side by side.",
+    "supp_attention_matrices": "Attention matrices with the LM-head input, logits and "
+    "probabilities for three demo sequences.",
+    "supp_value_arrows": "Value arrows: original, transformed and residual, with correct and "
+    "incorrect predictions marked.",
+    "supp_qkv_dimensions": "Each query, key and value dimension as a token x position heatmap.",
+    "supp_qk_full": "The full matrix of query-key scores between all token+position points, as a "
+    "grid of token blocks.",
+    "supp_landscape_embeddings": "Per-token probability maps with all combined embeddings "
+    "overlaid.",
+    "supp_landscape_values": "Per-token probability maps with all value vectors overlaid.",
+}
+
+
+@dataclass
+class Report:
+    """What the page shows; paths are made relative to the report's folder."""
+
+    run: Run
+    stages: list[tuple[str, float]] = field(default_factory=list)   # (stage, seconds)
+    figures: list[Path] = field(default_factory=list)
+    movies: list[Path] = field(default_factory=list)                 # .mp4 (a .gif beside it)
+    algorithm: list[dict] = field(default_factory=list)              # {step, measure, value, ...}
+    explorer: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _rel(path: Path, folder: Path) -> str:
+    return escape(Path(os.path.relpath(path, folder)).as_posix(), quote=True)
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{escape(_fmt(r.get(c, '')))}</td>" for c in columns)
+                   + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _fmt(value) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render(report: Report, folder: Path) -> str:
+    """The report's HTML, with every path relative to `folder` and every string escaped."""
+    run, config = report.run, report.run.config
+    focus = getattr(run.task, "focus", "") or "trigger"
+    metrics = run.metrics[-1] if run.metrics else {}
+    parts = [f"<h1>flatformer report: {escape(config['task'])}</h1>",
+             f"<p>Run folder <code>{escape(str(run.path))}</code>; "
+             f"{run.cfg.n_params} parameters; final held-out rule error "
+             f"<b>{metrics.get('rule_error', float('nan')):.2%}</b>, loss "
+             f"{metrics.get('val_loss', float('nan')):.4f} at step {metrics.get('step', '?')}.</p>"]
+    if report.explorer:
+        parts.append(f'<p class="explorer"><a id="explorer-link" href="'
+                     f'{_rel(report.explorer, folder)}">Open the live explorer</a>: every '
+                     f'number recomputed from the weights, with a slider over checkpoints.</p>')
+    for note in report.notes:
+        parts.append(f'<p class="note">{escape(note)}</p>')
+    parts.append("<h2>Configuration</h2><div class='cols'>")
+    parts.append(_table([{"field": k, "value": v} for k, v in config["model"].items()],
+                        ["field", "value"]))
+    parts.append(_table([{"field": k, "value": v} for k, v in config["recipe"].items()],
+                        ["field", "value"]))
+    parts.append("</div>")
+    if report.algorithm:
+        parts.append("<h2>The algorithm, measured</h2>")
+        columns = [c for c in ("step", "measure", "value", "meaning") if
+                   any(c in row for row in report.algorithm)]
+        parts.append(_table(report.algorithm, columns))
+    if report.figures:
+        parts.append("<h2>Figures</h2>")
+        for path in report.figures:
+            caption = CAPTIONS.get(path.stem, "").format(focus=focus)
+            parts.append(f'<figure id="{escape(path.stem, quote=True)}"><img loading="lazy" '
+                         f'src="{_rel(path, folder)}" alt="{escape(path.stem, quote=True)}">'
+                         f"<figcaption><b>{escape(path.stem)}</b>. {escape(caption)}"
+                         f"</figcaption></figure>")
+    if report.movies:
+        parts.append("<h2>Learning dynamics</h2>")
+        for path in report.movies:
+            gif = path.with_suffix(".gif")
+            fallback = (f'<a href="{_rel(gif, folder)}">GIF</a>' if gif.exists() else "")
+            parts.append(f'<figure class="movie"><video controls loop muted preload="metadata" '
+                         f'src="{_rel(path, folder)}"></video><figcaption><b>'
+                         f"{escape(path.stem)}</b>, one frame per checkpoint. {fallback}"
+                         f"</figcaption></figure>")
+    if report.stages:
+        parts.append("<h2>Time per stage</h2>")
+        rows = [{"stage": name, "seconds": f"{seconds:.1f}"} for name, seconds in report.stages]
+        rows.append({"stage": "total", "seconds": f"{sum(s for _, s in report.stages):.1f}"})
+        parts.append(_table(rows, ["stage", "seconds"]))
+    body = "\n".join(parts)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>flatformer report: {escape(config['task'])}</title>
+<style>
+body {{ font: 15px/1.5 system-ui, sans-serif; max-width: 1100px; margin: 2em auto;
+        padding: 0 1em; color: #222; }}
+h1 {{ font-size: 1.6em; }} h2 {{ border-bottom: 1px solid #ddd; margin-top: 2em; }}
+table {{ border-collapse: collapse; margin: .5em 1em .5em 0; font-size: 13px; }}
+td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; }}
+th {{ background: #f4f4f4; }}
+.cols {{ display: flex; flex-wrap: wrap; align-items: flex-start; }}
+figure {{ margin: 1.5em 0; }} figure img, video {{ max-width: 100%; border: 1px solid #eee; }}
+figcaption {{ color: #444; font-size: 14px; }}
+.explorer a {{ font-weight: bold; }} .note {{ color: #8a5a00; }}
+</style></head><body>
+{body}
+</body></html>
+"""
+
+
+def write_report(report: Report, path: Path) -> Path:
+    from .runs import atomic_write
+    path = Path(path)
+    atomic_write(path, render(report, path.parent).encode())
+    return path
