@@ -1,0 +1,69 @@
+"""Learning-dynamics movies: one frame per checkpoint, as MP4 and GIF.
+
+    ck = load_checkpoints(load_run("runs/plus-last-even-seed0"))
+    scenes, skipped = prepare(ck, movie_names("mov1,mov4"))
+    render(scenes, "runs/plus-last-even-seed0/movies", ["mp4", "gif"])
+
+frames.py loads the checkpoints and each frame's metrics; scenes.py computes and draws the five
+movies; draw.py holds the frame layout and fast in-place artists; encode.py the streaming
+writers; render.py splits the frames across processes.
+"""
+
+from __future__ import annotations
+
+from ..errors import FlatformerError
+from ..figures.compute import NotInPlane
+from .encode import FORMATS
+from .frames import Checkpoints, load_checkpoints
+from .render import render
+from .scenes import MOVIES, Geometry
+
+__all__ = ["MOVIES", "FORMATS", "movie_names", "formats", "prepare", "load_checkpoints",
+           "render", "Checkpoints"]
+
+
+def movie_names(spec: str | None) -> list[str]:
+    """Movie names from a comma list: full names (mov3_qkv), short ones (mov3, qkv) or numbers
+    (3); None or "all" for all five, in order."""
+    if spec is None or spec.strip() == "all":
+        return list(MOVIES)
+    names = []
+    for word in (w.strip() for w in spec.split(",") if w.strip()):
+        match = [n for n in MOVIES if word in (n, n.split("_", 1)[0], n.split("_", 1)[1],
+                                                n[3:4])]
+        if not match:
+            raise FlatformerError(f"unknown movie {word!r}; choose from {', '.join(MOVIES)} "
+                                  f"(or mov1..mov5, or all)")
+        if match[0] not in names:
+            names.append(match[0])
+    if not names:
+        raise FlatformerError("--movies is empty; choose from " + ", ".join(MOVIES))
+    return names
+
+
+def formats(spec: str | None) -> list[str]:
+    """Formats from a comma list of mp4 and gif (None: both)."""
+    if spec is None:
+        return list(FORMATS)
+    chosen = []
+    for word in (w.strip().lower().lstrip(".") for w in spec.split(",") if w.strip()):
+        if word not in FORMATS:
+            raise FlatformerError(f"unknown format {word!r}; choose from {', '.join(FORMATS)}")
+        if word not in chosen:
+            chosen.append(word)
+    if not chosen:
+        raise FlatformerError("--format is empty; choose from " + ", ".join(FORMATS))
+    return chosen
+
+
+def prepare(ck: Checkpoints, names: list[str], head: int = 0):
+    """The scenes for `names`, every frame's arrays computed, and {name: reason} for those this
+    model cannot have (the landscape needs d_model == 2)."""
+    geo = Geometry(ck, head)
+    scenes, skipped = [], {}
+    for name in names:
+        try:
+            scenes.append(MOVIES[name](geo))
+        except NotInPlane as exc:
+            skipped[name] = str(exc)
+    return scenes, skipped
