@@ -247,6 +247,9 @@ class Field:
         return (self.xs[0], self.xs[-1], self.ys[0], self.ys[-1])
 
 
+SLICE_NOTE = "background: the plane's slice of the head space (keys off the plane score otherwise)"
+
+
 def qk_field(query: np.ndarray, plane: Plane, limits, resolution: int = 120) -> Field:
     """q . k / sqrt(dh) for every key k on the plane grid: the background of the focus figures.
 
@@ -368,8 +371,8 @@ class Landscape:
 
 def require_plane(model: Transformer, what: str):
     if model.cfg.d_model != 2:
-        raise NotInPlane(f"{what} needs d_model == 2 (this model has d_model = "
-                         f"{model.cfg.d_model}): its output map is not a function of a plane")
+        raise NotInPlane(f"{what} needs d_model == 2 (this model has {model.cfg.d_model}): "
+                         f"only then is the output map a function of the plane")
 
 
 def landscape(model: Transformer, limits, resolution: int = 200) -> Landscape:

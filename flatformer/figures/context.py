@@ -1,0 +1,110 @@
+"""Everything the figures of one checkpoint share, each computed once on first use."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+from ..errors import FlatformerError
+from ..runs import Run
+from . import compute as C
+from .style import token_colors
+
+
+class FigureContext:
+    """A run at one checkpoint, with the traced sequence and the shared computations.
+
+    Figure compute functions take this and read what they need: `embeddings`, `projections`,
+    `trace`, `landscape` (one grid, reused by every landscape figure), `rule_windows`...
+    """
+
+    def __init__(self, run: Run, step: int | None = None, sequence: str | None = None,
+                 resolution: int = 200):
+        self.run = run
+        self.step = run.resolve_step(step)
+        self.task = run.task
+        self.vocab = run.vocab
+        self.cfg = run.cfg
+        self.resolution = resolution
+        self.model = run.model(self.step)
+        self.sequence = self._sequence(sequence)
+
+    def _sequence(self, text: str | None) -> np.ndarray:
+        if text is None:
+            text = self.task.demo
+            if not text:   # a task without a demo: the start of the first held-out sequence
+                return np.asarray(self.held_out[0][:self.cfg.n_ctx])
+        if not text.split():
+            raise FlatformerError("--sequence is empty: give space-separated tokens, e.g. "
+                                  f"{self.task.demo or ' '.join(self.vocab[:4])!r}")
+        tokens = self.task.encode(text)
+        return self.model.check_tokens(tokens)[0]
+
+    @cached_property
+    def held_out(self) -> list[np.ndarray]:
+        return self.task.split(self.run.config.get("data_seed", 0))[1]
+
+    @cached_property
+    def colors(self) -> list[str]:
+        return token_colors(self.vocab, self.task.focus or None)
+
+    @cached_property
+    def focus(self) -> int:
+        return C.focus_token(self.task)
+
+    @cached_property
+    def focus_position(self) -> int:
+        return C.default_focus_position(self.cfg.n_ctx)
+
+    @cached_property
+    def embeddings(self) -> C.Embeddings:
+        return C.embeddings(self.model, self.vocab)
+
+    @cached_property
+    def projections(self) -> C.Projections:
+        return C.projections(self.model)
+
+    @cached_property
+    def trace(self) -> C.Trace:
+        return C.trace(self.model, self.sequence, self.vocab)
+
+    @cached_property
+    def written(self) -> np.ndarray:
+        """(V, T, d): what block 0's attention adds to the residual when every head attends only
+        to this key point: the "value vectors" drawn in the residual plane."""
+        return self.projections.written.sum(2)
+
+    @cached_property
+    def limits(self):
+        """Shared limits of every figure drawn in the residual plane: they cover the combined
+        points, the value vectors and the traced sequence before and after attention."""
+        plane = self.embeddings.plane
+        last = self.trace.blocks[-1]
+        return C.square_limits(self.embeddings.combined_2d, plane.project(self.written),
+                               plane.project(last.resid_pre), plane.project(last.resid_mid))
+
+    @cached_property
+    def landscape(self) -> C.Landscape:
+        return C.landscape(self.model, self.limits, self.resolution)
+
+    @cached_property
+    def rule_windows(self):
+        """Held-out windows ending just before a rule-constrained position: (inputs (R, T),
+        index (R,) of the prediction in each window, targets (R,))."""
+        from ..data import TaskData
+        data = TaskData.build(self.task, self.cfg.n_ctx, self.run.config.get("data_seed", 0))
+        return data.rule_inputs, data.rule_index, data.rule_targets
+
+    def block_note(self, layer: int = 0) -> str:
+        """A remark naming the block (and head) shown, for models with more than one."""
+        parts = []
+        if self.cfg.n_layers > 1:
+            parts.append(f"block {layer} of {self.cfg.n_layers}")
+        if self.cfg.n_heads > 1:
+            parts.append(f"head 0 of {self.cfg.n_heads}")
+        return ", ".join(parts)
+
+    @property
+    def title(self) -> str:
+        return f"{self.task.name}, step {self.step}"
