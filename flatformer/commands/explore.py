@@ -1,0 +1,79 @@
+"""`flatformer explore`: write the live explorer page for a run, and optionally serve it."""
+
+from __future__ import annotations
+
+import http.server
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..cli import app, out
+from ..errors import FlatformerError
+
+
+def make_server(page: bytes, port: int) -> http.server.ThreadingHTTPServer:
+    """An HTTP server on 127.0.0.1 only (never other machines) that serves the one page."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.reply(True)
+
+        def do_HEAD(self):
+            self.reply(False)
+
+        def reply(self, body: bool):
+            if self.path.split("?")[0] not in ("/", "/explorer.html", "/index.html"):
+                self.send_error(404, "only the explorer page is served here")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            if body:
+                self.wfile.write(page)
+
+        def log_message(self, *args):  # quiet: the command prints the address once
+            pass
+
+    try:
+        return http.server.ThreadingHTTPServer(("127.0.0.1", port), Page)
+    except OSError as exc:
+        raise FlatformerError(f"cannot serve on 127.0.0.1:{port} ({exc.strerror}); "
+                              f"choose another --port") from None
+
+
+@app.command()
+def explore(
+    run: Path = typer.Argument(..., help="A run folder."),
+    step: Optional[int] = typer.Option(None, help="Checkpoint the page opens at [last]."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="HTML file [RUN/explorer.html]."),
+    serve: bool = typer.Option(False, "--serve", help="Also serve it on 127.0.0.1."),
+    port: int = typer.Option(8000, help="Port for --serve (0: any free port)."),
+    checkpoints: Optional[int] = typer.Option(
+        None, help="Checkpoints carried for the slider [all, at most 201; fewer for big models]."),
+):
+    """Write the live explorer: one offline HTML file that recomputes every number in the browser."""
+    from ..explorer.export import export_run
+    from ..explorer.page import page_html
+    from ..runs import atomic_write, load_run
+
+    loaded = load_run(run)
+    data = export_run(loaded, step, checkpoints)
+    page = page_html(data).encode("utf-8")
+    target = Path(out_file) if out_file else Path(run) / "explorer.html"
+    if not target.parent.is_dir():
+        raise FlatformerError(f"folder {target.parent} does not exist")
+    atomic_write(target, page)
+    out.print(f"{target}: step {data['step']}, {len(data['steps'])} checkpoints, "
+              f"{len(page) / 1e6:.1f} MB (works offline: open it in a browser)")
+    if serve:
+        server = make_server(page, port)
+        out.print(f"serving http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C to stop)")
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()

@@ -1,0 +1,164 @@
+"""Everything the explorer page needs, as one deterministic JSON-ready dict.
+
+Weights travel as base64 of little-endian float64 bytes: exact (the page computes in float64
+too) and a third the size of decimal text. Every checkpoint goes along, or an evenly spaced
+subset when there are many, so the page's slider can replay training. The reference logits are
+computed here by the NumPy engine; the page recomputes them on every load and shows the worst
+difference, so a page that disagrees with Python cannot go unnoticed.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..config import ModelConfig
+from ..errors import FlatformerError
+from ..runs import Run, load_run
+from ..transformer import Transformer
+
+FORMAT = "flatformer-explorer-1"
+MIN_PROMPTS = 9
+MAX_CHECKPOINTS = 201        # the paper's 200 frames plus step 0
+NUMBER_BUDGET = 250_000      # weights carried at most (2 MB of float64) unless asked otherwise
+
+
+def pack(array: np.ndarray) -> str:
+    """Base64 of the array's float64 little-endian bytes, in C order."""
+    return base64.b64encode(np.ascontiguousarray(array, dtype="<f8").tobytes()).decode("ascii")
+
+
+def unpack(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype="<f8")
+
+
+def pick_steps(steps: list[int], keep: int, must: int) -> list[int]:
+    """At most `keep` evenly spaced steps (first and last always), plus `must`."""
+    if len(steps) <= keep:
+        return list(steps)
+    index = np.unique(np.round(np.linspace(0, len(steps) - 1, max(keep, 2))).astype(int))
+    return sorted({steps[i] for i in index} | {must})
+
+
+def reference_prompts(d_vocab: int, n_ctx: int, demo: list[int] | None = None) -> list[list[int]]:
+    """At least nine prompts that together hold every token and reach every position.
+
+    Tokens come from shuffled copies of the vocabulary (a fixed seed: the prompts are part of the
+    snapshot); one prompt is shorter than the context, so the page's short-sequence path is
+    checked as well.
+    """
+    rng = np.random.default_rng(0)
+    prompts = [list(demo)] if demo else []
+    n_full = max(MIN_PROMPTS - 1 - len(prompts), math.ceil(d_vocab / n_ctx))
+    stream: list[int] = []
+    while len(stream) < n_full * n_ctx + n_ctx:
+        stream += rng.permutation(d_vocab).tolist()
+    for i in range(n_full):
+        prompts.append(stream[i * n_ctx:(i + 1) * n_ctx])
+    short = max(1, n_ctx // 2)
+    prompts.append(stream[n_full * n_ctx:n_full * n_ctx + short])
+    return [[int(t) for t in p] for p in prompts]
+
+
+def flat_weights(cfg: ModelConfig, tensors: dict[str, np.ndarray]) -> np.ndarray:
+    """One checkpoint as one vector: tensors in `param_shapes` order, each in C order."""
+    parts = []
+    for name, shape in cfg.param_shapes().items():
+        if name not in tensors or tuple(tensors[name].shape) != shape:
+            raise FlatformerError(f"weights: tensor {name} is missing or not of shape {shape}")
+        parts.append(np.asarray(tensors[name], dtype=np.float64).ravel())
+    return np.concatenate(parts)
+
+
+def check_vocab(cfg: ModelConfig, vocab: list[str]) -> list[str]:
+    vocab = [str(v) for v in vocab]
+    if len(vocab) != cfg.d_vocab:
+        raise FlatformerError(f"vocabulary has {len(vocab)} words but the model reads "
+                              f"{cfg.d_vocab}")
+    if len(set(vocab)) != len(vocab):
+        raise FlatformerError("vocabulary words must be distinct")
+    if any(not v.strip() for v in vocab):
+        raise FlatformerError("vocabulary words must not be empty or blank")
+    return vocab
+
+
+def encode_demo(text: str, vocab: list[str], n_ctx: int) -> list[int] | None:
+    """The task's demo sequence in this vocabulary, or None when it does not fit."""
+    index = {w: i for i, w in enumerate(vocab)}
+    words = (text or "").split()
+    if not words or len(words) > n_ctx or any(w not in index for w in words):
+        return None
+    return [index[w] for w in words]
+
+
+def build_export(cfg: ModelConfig, vocab: list[str], checkpoints: list[tuple[int, dict]],
+                 step: int, *, title: str, task: str | None = None, preset: str | None = None,
+                 demo: str = "", focus: str = "", metrics: list[dict] | None = None) -> dict:
+    """The page's data for checkpoints [(step, tensors)], ascending, showing `step` first."""
+    vocab = check_vocab(cfg, vocab)
+    steps = [s for s, _ in checkpoints]
+    if step not in steps:
+        raise FlatformerError(f"step {step} is not among the exported checkpoints")
+    weights = np.concatenate([flat_weights(cfg, t) for _, t in checkpoints])
+    demo_tokens = encode_demo(demo, vocab, cfg.n_ctx)
+    prompts = reference_prompts(cfg.d_vocab, cfg.n_ctx, demo_tokens)
+    model = Transformer(cfg, dict(checkpoints)[step])
+    logits = np.concatenate([model(p)[0].ravel() for p in prompts])
+    rows = [m for m in (metrics or []) if "step" in m]
+    curve = {key: [_finite(m.get(key)) for m in rows]
+             for key in ("step", "train_loss", "val_loss", "rule_error")}
+    return {
+        "format": FORMAT,
+        "title": title,
+        "task": task,
+        "preset": preset,
+        "config": cfg.to_dict(),
+        "n_params": cfg.n_params,
+        "vocab": vocab,
+        "demo": demo_tokens or list(range(min(cfg.n_ctx, cfg.d_vocab))),
+        "focus": vocab.index(focus) if focus in vocab else None,
+        "tensors": [[name, list(shape)] for name, shape in cfg.param_shapes().items()],
+        "steps": steps,
+        "step": step,
+        "weights": pack(weights),
+        "metrics": curve,
+        "reference": {"step": step, "prompts": prompts, "logits": pack(logits)},
+    }
+
+
+def _finite(value):
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def export_run(run: Run | str | Path, step: int | None = None,
+               max_checkpoints: int | None = None) -> dict:
+    """A run's page data: all its checkpoints (or an evenly spaced subset), opening at `step`.
+
+    Without `max_checkpoints` at most 201 go along, fewer for big models (about 250,000
+    numbers in all), so the file stays a few megabytes at most.
+    """
+    run = run if isinstance(run, Run) else load_run(run)
+    step = run.resolve_step(step)
+    if max_checkpoints is None:
+        max_checkpoints = min(MAX_CHECKPOINTS, max(2, NUMBER_BUDGET // run.cfg.n_params))
+    if max_checkpoints < 1:
+        raise FlatformerError("max_checkpoints must be at least 1")
+    steps = [step] if max_checkpoints == 1 else pick_steps(run.steps, max_checkpoints, step)
+    try:
+        task = run.task
+        task_name, demo, focus = task.name, task.demo, task.focus
+    except FlatformerError:  # a task this version does not know: the page works without it
+        task_name, demo, focus = run.config.get("task"), "", ""
+    return build_export(run.cfg, run.vocab, [(s, run.weights(s)) for s in steps], step,
+                        title=Path(run.path).name, task=task_name,
+                        preset=run.config.get("preset"), demo=demo, focus=focus,
+                        metrics=run.metrics)
+
+
+def export_model(model: Transformer, vocab: list[str], *, title: str = "model",
+                 demo: str = "", step: int = 0) -> dict:
+    """Page data for one in-memory model (no run folder): a single checkpoint."""
+    return build_export(model.cfg, vocab, [(step, model.tensors)], step, title=title, demo=demo)
