@@ -153,8 +153,10 @@ def to_transformer_lens(run_or_model, step: int | None = None):
     TransformerLens always has: no W_O (heads concatenated) becomes W_O = identity blocks; missing
     biases (b_Q/b_K/b_V, b_O, b_U) are zeros; and its final LayerNorm slot is an identity, since
     our models never have one. Its attention masks with -inf and scales by 1/sqrt(d_head), like
-    ours. One naming difference: its `ln*.hook_normalized` is x_hat before the gain and bias,
-    ours is x_hat * w + b.
+    ours. Two activations differ in meaning: its `ln*.hook_normalized` is x_hat before the gain
+    and bias (ours is x_hat * w + b), and TransformerLens 4.3's bridge records this model's
+    `attn.hook_attn_scores` after the fact from what the attention module returns, which is the
+    softmaxed pattern, so read pre-softmax scores from our engine.
     """
     _require_torch()
     model = _as_model(run_or_model, step)

@@ -142,7 +142,8 @@ def nudge(model: Transformer, inputs, index, targets) -> dict:
     rows = np.arange(len(inputs))
     with_attn = model(inputs)[rows, index].argmax(-1) == targets
     last = f"blocks.{model.cfg.n_layers - 1}.hook_attn_out"
-    without = model(inputs, {last: lambda x, n: np.zeros_like(x)})[rows, index].argmax(-1) == targets
+    no_attention = {last: lambda x, n: np.zeros_like(x)}
+    without = model(inputs, no_attention)[rows, index].argmax(-1) == targets
     return {"with_attention": float(with_attn.mean()), "without_attention": float(without.mean())}
 
 
@@ -204,7 +205,8 @@ def recall_checks(marker: str, wanted: list[str], other: list[str],
             qs = query_separation(model, m, head)
             rows.append(row("2 detect", f"{marker} queries separable from the other queries "
                             f"({where})", qs["gap"],
-                            f"{'yes' if qs['separable'] else 'no'} (gap {qs['gap']:.2f} of spread)"))
+                            f"{'yes' if qs['separable'] else 'no'} "
+                            f"(gap {qs['gap']:.2f} of spread)"))
         rows.append(row("3 retrieve", f"{marker} rows with top weight on the most recent "
                         f"{names[0]} ({where})", found[(layer, head)],
                         f"{found[(layer, head)]:.1%} of {len(targets)}"))
