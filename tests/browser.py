@@ -16,6 +16,28 @@ def launch(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
 
 
+_shared: dict = {}
+
+
+def shared_browser():
+    """One chromium for the whole test session, started on first use.
+
+    Test modules wrap it in a session fixture whose teardown calls `close_shared_browser`;
+    every module gets the same browser, so a session launches chromium once.
+    """
+    if "browser" not in _shared:
+        from playwright.sync_api import sync_playwright
+        _shared["playwright"] = sync_playwright().start()
+        _shared["browser"] = launch(_shared["playwright"])
+    return _shared["browser"]
+
+
+def close_shared_browser():
+    if "browser" in _shared:
+        _shared.pop("browser").close()
+        _shared.pop("playwright").stop()
+
+
 @dataclass
 class Watched:
     """A page plus everything it asked for or complained about."""

@@ -829,7 +829,7 @@
     for (let l = 0; l < L; l++) for (let hd = 0; hd < H; hd++) {
       const qkMap = heat("QK = W_Q W_Kᵀ", `blocks.${l}.attn.W_Q · W_Kᵀ`, cfg.d_model);
       const ovMap = heat(cfg.attn_out ? "OV = W_V W_O" : "OV = W_V", `blocks.${l}.attn.W_V${cfg.attn_out ? " · W_O" : ""}`, cfg.attn_out ? cfg.d_model : cfg.d_head);
-      const sv = {QK: h("div", {class: "sv"}), OV: h("div", {class: "sv"})};
+      const sv = {QK: h("div", {class: "sv", dataset: {kind: "QK"}}), OV: h("div", {class: "sv", dataset: {kind: "OV"}})};
       const card = h("div", {class: "head-card", dataset: {head: `${l}.${hd}`}}, h("h3", {}, `Head ${l}.${hd}`),
         row(qkMap.el, h("div", {class: "fig"}, h("figcaption", {}, h("span", {class: "fig-title"}, "singular values of QK")), sv.QK),
             ovMap.el, h("div", {class: "fig"}, h("figcaption", {}, h("span", {class: "fig-title"}, "singular values of OV")), sv.OV)));

@@ -117,7 +117,7 @@ const Views = (() => {
 
   // ---- figure frame: a title, the hook name and its shape ----
   function figure(title, hook, shape, axes) {
-    const node = h("figure", {class: "fig"},
+    const node = h("figure", {class: "fig", dataset: hook ? {hook} : {}},
       h("figcaption", {},
         h("span", {class: "fig-title"}, title),
         hook ? h("code", {class: "hook"}, hook) : null,

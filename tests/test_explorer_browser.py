@@ -1,0 +1,345 @@
+"""The explorer page in real headless Chromium: its numbers against the Python engine.
+
+One browser for the session (tests/browser.py); every page visit asserts that the page made
+no request beyond its own file, logged no console error and opened no dialog.
+"""
+
+import contextlib
+import math
+
+import numpy as np
+import pytest
+
+from browser import close, close_shared_browser, open_page, shared_browser
+from flatformer.config import preset
+from flatformer.explorer import render_html
+from flatformer.explorer.export import export_run, pack, unpack
+from flatformer.explorer.page import page_html
+from flatformer.model import hook_names, init_params
+from flatformer.runs import load_run
+from flatformer.transformer import Transformer
+
+# Functions, not expressions: the page's Content-Security-Policy forbids eval of strings.
+READY = "() => document.documentElement.dataset.ready === 'true' || !!document.querySelector('.banner.fail')"
+EVIL = "<img src=x onerror=alert(1)>"
+RUNS = ["paper_run", "simulator_run", "two_layer_run"]
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    yield shared_browser()
+    close_shared_browser()
+
+
+@pytest.fixture(scope="session")
+def page_of(tmp_path_factory):
+    """The explorer file of a run folder, rendered once per session."""
+    folder, made = tmp_path_factory.mktemp("pages"), {}
+
+    def make(run_dir):
+        if run_dir not in made:
+            made[run_dir] = folder / f"page{len(made)}.html"
+            made[run_dir].write_text(render_html(run_dir), encoding="utf-8")
+        return made[run_dir]
+    return make
+
+
+@contextlib.contextmanager
+def visit(chromium, path, fragment=""):
+    """The page at file `path` (plus a URL fragment), checked for quiet offline behaviour."""
+    watched = open_page(chromium, path.as_uri() + fragment, READY)
+    try:
+        yield watched.page
+        assert watched.errors == []
+        assert watched.dialogs == []
+        assert {url.split("#")[0] for url in watched.requests} == {path.as_uri()}
+    finally:
+        close(watched)
+
+
+def state(page):
+    return page.evaluate("explorer.state")
+
+
+def log_softmax(x):
+    x = x - x.max()
+    return x - np.log(np.exp(x).sum())
+
+
+def kl(changed, original):
+    """KL(changed || original) in nats, the page's definition."""
+    a, b = log_softmax(changed), log_softmax(original)
+    return float((np.exp(a) * (a - b)).sum())
+
+
+def zero_head(h):
+    def hook(z, name):
+        z = z.copy()
+        z[:, :, h] = 0.0
+        return z
+    return hook
+
+
+@pytest.mark.parametrize("fixture", RUNS)
+def test_self_check_passes_and_every_panel_shows_its_hooks(chromium, page_of, request, fixture):
+    run = load_run(request.getfixturevalue(fixture))
+    cfg = run.cfg
+    with visit(chromium, page_of(run.path)) as page:
+        check = page.evaluate("explorer.selfCheck")
+        assert check["ok"] and check["worst"] < 1e-9
+        assert check["prompts"] >= 9 and check["tokens"] == cfg.d_vocab
+        assert check["places"] == cfg.n_ctx
+        banner = page.locator("#selfcheck")
+        assert banner.get_attribute("class") == "banner ok" and "passed" in banner.text_content()
+        panels = page.eval_on_selector_all("section.panel", "els => els.map(e => e.id)")
+        layers = [p for l in range(cfg.n_layers) for p in (f"attend-{l}", f"think-{l}")]
+        assert panels == ["input", "embed", *layers, "readout", "knobs", "circuits", "lens"]
+        shown = set(page.eval_on_selector_all("code.hook", "els => els.map(e => e.textContent)"))
+        # Every activation is on the page except LayerNorm scales and the later layers'
+        # resid_pre (the same numbers as the previous layer's resid_post, shown there).
+        wanted = {n for n in hook_names(cfg) if "hook_scale" not in n
+                  and not (n.endswith("hook_resid_pre") and not n.startswith("blocks.0."))}
+        assert wanted <= shown, wanted - shown
+        # Circuits: the singular values of every head's QK and OV against NumPy.
+        weights = run.weights()
+        for layer in range(cfg.n_layers):
+            b = f"blocks.{layer}.attn."
+            for h in range(cfg.n_heads):
+                qk = weights[b + "W_Q"][h] @ weights[b + "W_K"][h].T
+                ov = weights[b + "W_V"][h] @ weights[b + "W_O"][h] if cfg.attn_out \
+                    else weights[b + "W_V"][h]
+                for kind, matrix in (("QK", qk), ("OV", ov)):
+                    box = page.locator(f'#circuits .head-card[data-head="{layer}.{h}"] '
+                                       f'.sv[data-kind="{kind}"]')
+                    values = [float(v) for v in box.get_attribute("data-values").split(",")]
+                    s = np.linalg.svd(matrix, compute_uv=False)
+                    np.testing.assert_allclose(values, s, atol=1e-12 * s[0])
+                    top3 = float(box.get_attribute("data-top3"))
+                    assert abs(top3 - (s[:3] ** 2).sum() / (s ** 2).sum()) < 1e-12
+        # Logit lens: the top token of every stage and position, from the Python cache.
+        tokens = page.evaluate("explorer.state.seq")
+        _, cache = run.model().run_with_cache(tokens)
+        stages = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_{s}" for l in
+                                                 range(cfg.n_layers) for s in ("resid_mid", "resid_post")]
+        top = page.eval_on_selector_all("#lens-grid .lens-cell", "els => els.map(e => +e.dataset.top)")
+        expected = []
+        for hook in stages:
+            logits = cache[hook][0] @ weights["unembed.W_U"]
+            if cfg.unembed_bias:
+                logits = logits + weights["unembed.b_U"]
+            expected += logits.argmax(-1).tolist()
+        assert top == expected
+
+
+def test_a_failed_self_check_is_a_red_banner(chromium, paper_run, tmp_path):
+    data = export_run(paper_run, max_checkpoints=2)
+    logits = unpack(data["reference"]["logits"]).copy()
+    logits[17] += 1e-6                       # one reference number off by a millionth
+    data["reference"]["logits"] = pack(logits)
+    path = tmp_path / "broken.html"
+    path.write_text(page_html(data), encoding="utf-8")
+    with visit(chromium, path) as page:
+        banner = page.locator("#selfcheck")
+        assert banner.get_attribute("class") == "banner fail"
+        assert "SELF-CHECK FAILED" in banner.text_content()
+        assert banner.is_visible()
+        assert not page.evaluate("explorer.selfCheck.ok")
+
+
+@pytest.mark.parametrize("fixture, head, q, k", [("paper_run", 0, 7, 4),
+                                                 ("simulator_run", 1, 6, 2)])
+def test_a_clicked_attention_cell_shows_the_python_cache(chromium, page_of, request,
+                                                         fixture, head, q, k):
+    run = load_run(request.getfixturevalue(fixture))
+    with visit(chromium, page_of(run.path)) as page:
+        canvas = page.locator(f'#attend-0 .head-card[data-head="0.{head}"] '
+                              f'figure[data-hook="blocks.0.attn.hook_pattern"] canvas')
+        pitch = int(canvas.get_attribute("data-cell")) + int(canvas.get_attribute("data-gap"))
+        canvas.click(position={"x": k * pitch + pitch / 2, "y": q * pitch + pitch / 2})
+        page.wait_for_function("() => location.hash.includes('cell=')")
+        assert state(page)["cell"] == {"l": 0, "h": head, "q": q, "k": k}
+        assert f"cell=0.{head}.{q}.{k}" in page.evaluate("location.hash")
+        shown = dict(page.eval_on_selector_all(
+            "#arith-0 [data-key]", "els => els.map(e => [e.dataset.key, +e.dataset.value])"))
+        tokens = state(page)["seq"]
+    _, cache = run.model().run_with_cache(tokens)
+    qv = cache["blocks.0.attn.hook_q"][0, q, head]
+    kv = cache["blocks.0.attn.hook_k"][0, k, head]
+    scores = cache["blocks.0.attn.hook_attn_scores"][0, head, q]
+    pattern = cache["blocks.0.attn.hook_pattern"][0, head, q]
+    d_head = run.cfg.d_head
+    assert sum(key.startswith("prod.") for key in shown) == d_head
+    for i in range(d_head):
+        assert shown[f"q.{i}"] == pytest.approx(qv[i], abs=1e-12)
+        assert shown[f"k.{i}"] == pytest.approx(kv[i], abs=1e-12)
+        assert shown[f"prod.{i}"] == pytest.approx(qv[i] * kv[i], abs=1e-12)
+    assert shown["dot"] == pytest.approx(qv @ kv, abs=1e-12)
+    assert shown["sqrt"] == math.sqrt(d_head)
+    assert shown["score"] == pytest.approx(scores[k], abs=1e-12)
+    for j in range(len(tokens)):
+        assert shown[f"row.{j}.weight"] == pytest.approx(pattern[j], abs=1e-12)
+        if j <= q:
+            assert shown[f"row.{j}.score"] == pytest.approx(scores[j], abs=1e-12)
+    assert shown["sum"] == pytest.approx(np.exp(scores[:q + 1] - scores[:q + 1].max()).sum(),
+                                         rel=1e-12)
+
+
+@pytest.mark.parametrize("fixture, layer, head", [("paper_run", 0, 0), ("simulator_run", 0, 1),
+                                                  ("two_layer_run", 1, 0)])
+def test_switching_a_head_off_shows_the_python_kl(chromium, page_of, request, fixture, layer,
+                                                  head):
+    run = load_run(request.getfixturevalue(fixture))
+    with visit(chromium, page_of(run.path)) as page:
+        assert float(page.get_attribute("#kl", "data-value")) == 0.0
+        page.uncheck(f"#head-{layer}-{head}")
+        shown = float(page.get_attribute("#kl", "data-value"))
+        assert state(page)["off"] == [f"{layer}.{head}"]
+        tokens = state(page)["seq"]
+    model = run.model()
+    changed = model(tokens, hooks={f"blocks.{layer}.attn.hook_z": zero_head(head)})[0, -1]
+    expected = kl(changed, model(tokens)[0, -1])
+    assert expected > 1e-6                   # the head matters, so the check has teeth
+    assert abs(shown - expected) < 1e-9
+
+
+def test_every_knob_equals_its_python_hook(chromium, page_of, two_layer_run):
+    """Head off, MLP off, positions off and beta together, set through a shared link."""
+    run = load_run(two_layer_run)
+    beta = 0.5
+    with visit(chromium, page_of(run.path), f"#seq=3.11.4.8&off=0.0&mlp=1&pos=off&beta={beta}") as page:
+        assert state(page)["seq"] == [3, 11, 4, 8]
+        shown = float(page.get_attribute("#kl", "data-value"))
+
+    def scale(scores, name):
+        return np.where(np.isfinite(scores), beta * scores, scores)
+    hooks = {"blocks.0.attn.hook_z": zero_head(0), "blocks.1.hook_mlp_out": lambda x, n: 0 * x,
+             "hook_pos_embed": lambda x, n: 0 * x, "blocks.0.attn.hook_attn_scores": scale,
+             "blocks.1.attn.hook_attn_scores": scale}
+    model = run.model()
+    tokens = [3, 11, 4, 8]
+    expected = kl(model(tokens, hooks=hooks)[0, -1], model(tokens)[0, -1])
+    assert abs(shown - expected) < 1e-9
+
+
+def mulberry32(seed):
+    """The page's generator, in Python: the same 32-bit arithmetic."""
+    a = seed & 0xFFFFFFFF
+    while True:
+        a = (a + 0x6D2B79F5) & 0xFFFFFFFF
+        t = ((a ^ (a >> 15)) * (a | 1)) & 0xFFFFFFFF
+        t ^= (t + (((t ^ (t >> 7)) * (t | 61)) & 0xFFFFFFFF)) & 0xFFFFFFFF
+        yield ((t ^ (t >> 14)) & 0xFFFFFFFF) / 4294967296
+
+
+def sample(logits, u, temperature, top_k, top_p):
+    """The page's sampling rule: temperature, top-k, top-p, then the cumulative slice holding u."""
+    x = logits / temperature
+    p = np.exp(x - x.max())
+    p = p / p.sum()
+    kept, mass = [], 0.0
+    for i in sorted(range(len(p)), key=lambda i: (-p[i], i)):
+        if (top_k and len(kept) >= top_k) or (kept and mass >= top_p):
+            break
+        kept.append(i)
+        mass += p[i]
+    total = sum(p[i] for i in kept)
+    c = 0.0
+    for i in sorted(kept):
+        if u < c + p[i] / total:
+            return i
+        c += p[i] / total
+    return sorted(kept)[-1]
+
+
+def test_the_seeded_sampler_repeats_and_matches_a_python_oracle(chromium, page_of, paper_run):
+    run = load_run(paper_run)
+    path = page_of(run.path)
+    draws = []
+    for fragment in ("#seed=12345&temp=1.7&p=0.95&n=10", "#seed=12345&temp=1.7&p=0.95&n=10",
+                     "#seed=12346&temp=1.7&p=0.95&n=10"):
+        with visit(chromium, path, fragment) as page:
+            draws.append(page.eval_on_selector_all(
+                "#draws tbody tr", "rows => rows.map(r => [+r.dataset.u, +r.dataset.token])"))
+            prompt = state(page)["seq"]
+    assert len(draws[0]) == 10 and draws[0] == draws[1]
+    assert [u for u, _ in draws[2]] != [u for u, _ in draws[0]]
+    model, rng, seq = run.model(), mulberry32(12345), list(prompt)
+    for u, token in draws[0]:
+        assert u == next(rng)
+        logits = model(seq[-run.cfg.n_ctx:])[0, -1]
+        assert token == sample(logits, u, 1.7, 0, 0.95)
+        seq.append(token)
+
+
+def test_vocabulary_markup_shows_as_text_and_runs_nothing(chromium, tmp_path):
+    cfg = preset("paper-2d", 5)
+    vocab = ["0", "1", EVIL, "</script><u id=evil>bold</u>", "+"]
+    model = Transformer(cfg, init_params(cfg, [np.random.default_rng(3)]).seed(0))
+    path = tmp_path / "evil.html"
+    path.write_text(render_html(model, vocab=vocab), encoding="utf-8")
+    with visit(chromium, path, "#seq=2.3.2.0&cell=0.0.2.0") as page:
+        assert page.evaluate("explorer.selfCheck.ok")
+        assert page.evaluate("document.querySelectorAll('img, u, #evil').length") == 0
+        assert page.eval_on_selector_all(".palette .tok", "els => els.map(e => e.textContent)") \
+            == vocab
+        assert page.eval_on_selector_all("#input .chip-text", "els => els.map(e => e.textContent)") \
+            == [EVIL, vocab[3], EVIL, "0"]
+        assert EVIL in page.text_content("#arith-0 h3")
+        assert EVIL in page.evaluate("document.body.innerText")
+        # A word with spaces can be typed, too.
+        page.fill("#seq-text", f"0 {EVIL} 1")
+        page.press("#seq-text", "Enter")
+        assert state(page)["seq"] == [0, 2, 1]
+
+
+def test_the_checkpoint_slider_replays_training_in_the_geometry(chromium, page_of, paper_run):
+    run = load_run(paper_run)
+    with visit(chromium, page_of(run.path)) as page:
+        before = page.evaluate("explorer.geometry()")
+        pixels = page.evaluate("document.querySelector('#embed canvas.plane').toDataURL()")
+        page.locator("#step").fill("0")               # the slider's leftmost checkpoint
+        after = page.evaluate("explorer.geometry()")
+        assert page.evaluate("document.querySelector('#embed canvas.plane').toDataURL()") != pixels
+        assert page.text_content("#step-label") == "step 0"
+        page.wait_for_function("() => location.hash.includes('step=0')")
+        assert after["qk"]["keys"] != before["qk"]["keys"]
+        assert after["landscape"]["Z"] != before["landscape"]["Z"]
+    for geometry, step in ((before, run.steps[-1]), (after, 0)):
+        assert geometry["embed"]["step"] == step
+        w = run.weights(step)
+        sums = [w["embed.W_E"][v] + w["pos_embed.W_pos"][t]
+                for t in range(run.cfg.n_ctx) for v in range(run.cfg.d_vocab)]
+        np.testing.assert_allclose(geometry["embed"]["sums"], sums, atol=1e-12)
+        np.testing.assert_allclose(geometry["embed"]["tokens"], w["embed.W_E"], atol=1e-12)
+
+
+def test_sequence_editing_refuses_bad_tokens_and_links_reproduce_the_view(chromium, page_of,
+                                                                           paper_run):
+    path = page_of(load_run(paper_run).path)
+    with visit(chromium, path) as page:
+        demo = state(page)["seq"]
+        page.fill("#seq-text", "4 1 banana +")
+        page.press("#seq-text", "Enter")
+        assert "banana" in page.text_content("#seq-msg") and "not in the vocabulary" in \
+            page.text_content("#seq-msg")
+        assert state(page)["seq"] == demo
+        page.fill("#seq-text", "2 + 9 9 9 9 9 9 9")
+        page.press("#seq-text", "Enter")
+        assert "context holds 8" in page.text_content("#seq-msg")
+        page.fill("#seq-text", "2 5 +")
+        page.press("#seq-text", "Enter")
+        page.click('.palette .tok[data-token="10"]')
+        assert state(page)["seq"] == [2, 5, 11, 10]
+        page.click('#input .chip button[aria-label="remove token 1"]')
+        assert state(page)["seq"] == [2, 11, 10]
+        page.uncheck("#mlp-0")
+        page.fill("#seed", "99")
+        page.press("#seed", "Enter")
+        page.wait_for_function("() => location.hash.includes('seed=99') && location.hash.includes('mlp=0')")
+        link, shared = page.evaluate("location.href"), state(page)
+        kl_value = page.get_attribute("#kl", "data-value")
+        tokens = page.get_attribute("#generated", "data-tokens")
+    with visit(chromium, path, "#" + link.split("#", 1)[1]) as page:
+        assert state(page) == shared
+        assert page.get_attribute("#kl", "data-value") == kl_value
+        assert page.get_attribute("#generated", "data-tokens") == tokens
