@@ -108,3 +108,15 @@ def test_generate_bad_input_is_one_line(paper_run):
     assert_one_line_error(cli("generate", paper_run, "--prompt", "4 x +"), "'x'", "vocabulary")
     assert_one_line_error(cli("generate", paper_run, "--prompt", "4 1", "--top-p", 2), "top-p")
     assert_one_line_error(cli("generate", paper_run, "--prompt", "  "), "empty")
+    assert_one_line_error(cli("generate", paper_run, "--prompt", "4 1 +", "--head-off", "0.3"),
+                          "no head 0.3")
+
+
+def test_generate_with_a_head_off_changes_the_answer(paper_run):
+    def first(*args):
+        result = cli("generate", paper_run, "--prompt", "4 1 + 4 6 9 5 +", "-n", 1, "--greedy",
+                     "--json", *args)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["tokens"][0]
+
+    assert first() == 6 and first("--head-off", "0.0") != 6

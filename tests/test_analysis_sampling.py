@@ -99,3 +99,21 @@ def test_a_prompt_longer_than_the_context_slides_the_window(paper_run):
     assert generate(model, [4, 1, 11, 4, 6, 9, 5, 11], 1, greedy=True)[0].token == 6
     with pytest.raises(FlatformerError):
         generate(model, [3, 99], 2)
+
+
+def test_generation_uses_the_switched_model(paper_run):
+    from flatformer.analysis.interventions import switches, zero_head
+    model = load_run(paper_run).model()
+    prompt = [4, 1, 11, 4, 6, 9, 5, 11]
+    hooks = switches(model.cfg, heads_off=[(0, 0)])
+    steps = generate(model, prompt, 6, greedy=True, hooks=hooks)
+    seq = list(prompt)
+    for _ in range(6):
+        seq.append(int(model(np.array(seq[-8:]), zero_head(0, 0))[0, -1].argmax()))
+    assert [s.token for s in steps] == seq[8:]
+    # Without its head the model cannot retrieve the 6.
+    assert steps[0].token != 6
+    for bad in ({"heads_off": [(0, 1)]}, {"heads_off": [(1, 0)]}, {"mlps_off": [2]},
+                {"beta": float("nan")}):
+        with pytest.raises(FlatformerError):
+            switches(model.cfg, **bad)

@@ -80,10 +80,16 @@ def recall_sources(inputs: np.ndarray, index: np.ndarray, wanted: np.ndarray) ->
     return np.where(before.any(1), last, -1)
 
 
-def retrieval(model: Transformer, inputs, index, wanted: np.ndarray) -> dict[tuple, float]:
+def _cache(model: Transformer, inputs, cache: dict | None) -> dict:
+    """The activations of `inputs` (callers measuring several things pass one cache around)."""
+    return model.run_with_cache(inputs)[1] if cache is None else cache
+
+
+def retrieval(model: Transformer, inputs, index, wanted: np.ndarray,
+              cache: dict | None = None) -> dict[tuple, float]:
     """{(layer, head): fraction of windows whose attention row at `index` puts its largest weight
     on the most recent `wanted` token before it}."""
-    _, cache = model.run_with_cache(inputs)
+    cache = _cache(model, inputs, cache)
     source = recall_sources(inputs, index, wanted)
     rows = np.arange(len(inputs))
     result = {}
@@ -96,10 +102,10 @@ def retrieval(model: Transformer, inputs, index, wanted: np.ndarray) -> dict[tup
 
 
 def recency(model: Transformer, inputs, index, wanted: np.ndarray, layer: int = 0,
-            head: int = 0) -> float:
+            head: int = 0, cache: dict | None = None) -> float:
     """Over every pair of `wanted` tokens before each window's `index`, the fraction where the
     later one gets the higher attention score from the query at `index`."""
-    _, cache = model.run_with_cache(inputs)
+    cache = _cache(model, inputs, cache)
     scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][:, head]        # (B, T, T)
     wins = total = 0
     for b, i in enumerate(index):
@@ -116,13 +122,13 @@ def recency(model: Transformer, inputs, index, wanted: np.ndarray, layer: int = 
 
 
 def production(model: Transformer, inputs, index, wanted: np.ndarray, layer: int = 0,
-               head: int = 0) -> np.ndarray:
+               head: int = 0, cache: dict | None = None) -> np.ndarray:
     """Per window, the cosine similarity between what `head` writes to the stream at `index`
     and what it would write for the target's own value vector (the head's v at the source
     position), both through W_O (or into the head's slice without W_O). 1 means the attention
     output is the target's value, scaled."""
     cfg, t = model.cfg, model.tensors
-    _, cache = model.run_with_cache(inputs)
+    cache = _cache(model, inputs, cache)
     rows = np.arange(len(inputs))
     source = recall_sources(inputs, index, wanted)
     z = cache[f"blocks.{layer}.attn.hook_z"][rows, index, head]             # (B, dh)
@@ -198,7 +204,8 @@ def recall_checks(marker: str, wanted: list[str], other: list[str],
                         f"{lad['axis_share']:.0%} of the variance"))
         if not len(targets):
             return rows
-        found = retrieval(model, inputs, index, wanted_mask)
+        cache = model.run_with_cache(inputs)[1]
+        found = retrieval(model, inputs, index, wanted_mask, cache)
         layer, head = max(found, key=found.get)
         where = f"head {layer}.{head}"
         if layer == 0:
@@ -210,10 +217,10 @@ def recall_checks(marker: str, wanted: list[str], other: list[str],
         rows.append(row("3 retrieve", f"{marker} rows with top weight on the most recent "
                         f"{names[0]} ({where})", found[(layer, head)],
                         f"{found[(layer, head)]:.1%} of {len(targets)}"))
-        rec = recency(model, inputs, index, wanted_mask, layer, head)
+        rec = recency(model, inputs, index, wanted_mask, layer, head, cache)
         rows.append(row("3 retrieve", f"a later {names[0]} outscores an earlier one",
                         rec, f"{rec:.1%} of pairs"))
-        cos = production(model, inputs, index, wanted_mask, layer, head)
+        cos = production(model, inputs, index, wanted_mask, layer, head, cache)
         rows.append(row("4 produce", f"cos(head output, target's value) ({where})",
                         float(cos.mean()), f"mean {cos.mean():.3f}, min {cos.min():.3f}"))
         nd = nudge(model, inputs, index, targets)

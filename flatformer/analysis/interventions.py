@@ -122,6 +122,29 @@ def combine(*hook_sets: Hooks) -> Hooks:
     return combined
 
 
+def switches(cfg, heads_off=(), mlps_off=(), positions: bool = True,
+             beta: float | None = None) -> Hooks:
+    """The simulator page's switches as one set of hooks: heads (layer, head) off, MLPs off,
+    position embeddings off, attention scores scaled by beta. Bad indices raise."""
+    hooks = []
+    for layer, head in heads_off:
+        if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
+            raise FlatformerError(f"no head {layer}.{head}: the model has {cfg.n_layers} layer(s) "
+                                  f"of {cfg.n_heads} head(s), numbered from 0")
+        hooks.append(zero_head(layer, head))
+    for layer in mlps_off:
+        if not 0 <= layer < cfg.n_layers:
+            raise FlatformerError(f"no MLP {layer}: the model has {cfg.n_layers} layer(s)")
+        hooks.append(mlp_off(layer))
+    if not positions:
+        hooks.append(positions_off())
+    if beta is not None:
+        if not np.isfinite(beta):
+            raise FlatformerError(f"beta must be a finite number, got {beta}")
+        hooks.append(scale_scores(beta, n_layers=cfg.n_layers))
+    return combine(*hooks)
+
+
 def next_token_logits(model: Transformer, prompts, hooks: Hooks | None = None) -> np.ndarray:
     """Logits (P, V) at the last position of each prompt (prompts may differ in length)."""
     prompts = [np.asarray(p) for p in prompts]

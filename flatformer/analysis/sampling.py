@@ -58,7 +58,7 @@ def distribution(logits: np.ndarray, temperature: float = 1.0, top_k: int | None
 def entropy(probs: np.ndarray) -> float:
     """Entropy in nats; exp(entropy) is the number of effective choices."""
     p = probs[probs > 0]
-    return float(-(p * np.log(p)).sum())
+    return max(float(-(p * np.log(p)).sum()), 0.0)  # never print -0.0
 
 
 def draw(probs: np.ndarray, u: float) -> int:
@@ -74,8 +74,8 @@ class Step:
     """One generated token and how it was chosen."""
 
     token: int
-    probability: float       # of the chosen token under the sampled distribution
-    entropy: float           # nats, of the sampled distribution
+    probability: float       # of the chosen token under the distribution it was drawn from
+    entropy: float           # nats, of that distribution (greedy: of the model's softmax)
     u: float | None          # the raw uniform draw (None when greedy)
     position: int            # where in the window the prediction was read
 
@@ -98,8 +98,9 @@ def generate(model: Transformer, tokens, n: int, temperature: float = 1.0,
         window = np.asarray(seq[-model.cfg.n_ctx:])
         logits = model(window, hooks)[0, -1]
         if greedy or temperature == 0:
+            # Greedy draws nothing; report the model's own distribution, which it summarises.
             token = int(np.argmax(logits))
-            probs, u = distribution(logits, 0.0), None
+            probs, u = distribution(logits, 1.0), None
         else:
             probs = distribution(logits, temperature, top_k, top_p)
             u = float(rng.random())

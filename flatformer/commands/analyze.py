@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import typer
@@ -127,6 +127,13 @@ def analyze(
         render_report(report)
 
 
+def _head(text: str) -> tuple[int, int]:
+    layer, sep, head = text.partition(".")
+    if not sep or not layer.isdigit() or not head.isdigit():
+        raise FlatformerError(f"--head-off takes LAYER.HEAD such as 0.1, got {text!r}")
+    return int(layer), int(head)
+
+
 @app.command()
 def generate(
     run: Path = typer.Argument(..., help="A run folder."),
@@ -138,11 +145,18 @@ def generate(
     seed: int = typer.Option(0, help="Seed of the sampler's random draws."),
     greedy: bool = typer.Option(False, help="Always take the likeliest token."),
     step: Optional[int] = typer.Option(None, help="Checkpoint step [last]."),
+    head_off: Optional[List[str]] = typer.Option(None, help="Switch head LAYER.HEAD off "
+                                                 "(repeatable), e.g. 0.1."),
+    mlp_off: Optional[List[int]] = typer.Option(None, help="Switch the MLP of a layer off."),
+    positions_off: bool = typer.Option(False, help="Switch the position embeddings off."),
+    beta: Optional[float] = typer.Option(None, help="Scale every attention score by beta."),
     verbose: bool = typer.Option(False, help="A table of every step: probability, entropy, "
                                  "effective choices and the raw random draw."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
-    """Continue a prompt with the trained model (the context slides over the last n_ctx tokens)."""
+    """Continue a prompt with the trained model (the context slides over the last n_ctx tokens),
+    optionally with heads, MLPs or positions switched off or the attention scaled."""
+    from ..analysis.interventions import switches
     from ..analysis.sampling import generate as sample
     from ..runs import load_run
     loaded = load_run(run)
@@ -150,7 +164,9 @@ def generate(
     tokens = task.encode(prompt)
     if not tokens:
         raise FlatformerError("--prompt is empty")
-    steps = sample(loaded.model(step), tokens, n, temperature, top_k, top_p, seed, greedy)
+    hooks = switches(loaded.cfg, [_head(h) for h in head_off or []], mlp_off or [],
+                     not positions_off, beta)
+    steps = sample(loaded.model(step), tokens, n, temperature, top_k, top_p, seed, greedy, hooks)
     new = [s.token for s in steps]
     if as_json:
         print(json.dumps({"prompt": task.decode(tokens), "generated": task.decode(new),
