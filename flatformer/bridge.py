@@ -156,7 +156,8 @@ def to_transformer_lens(run_or_model, step: int | None = None):
     ours. Two activations differ in meaning: its `ln*.hook_normalized` is x_hat before the gain
     and bias (ours is x_hat * w + b), and TransformerLens 4.3's bridge records this model's
     `attn.hook_attn_scores` after the fact from what the attention module returns, which is the
-    softmaxed pattern, so read pre-softmax scores from our engine.
+    softmaxed pattern, so read pre-softmax scores from our engine. Its `set_use_attn_result` is
+    not available for this architecture; `cache.stack_head_results()` gives per-head outputs.
     """
     _require_torch()
     model = _as_model(run_or_model, step)

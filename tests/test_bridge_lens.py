@@ -97,3 +97,31 @@ def test_circuit_singular_values_equal_transformer_lens(name):
         np.testing.assert_allclose(c.qk_singular[:r], qk[:r], atol=1e-10)
         # Without W_O, TransformerLens's OV is W_V times identity blocks: the same spectrum.
         np.testing.assert_allclose(c.ov_singular[:r], ov[:r], atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["paper-2d", "simulator-16d", "paper-2d-2layer"])
+def test_our_logit_decomposition_matches_transformer_lens(name):
+    from flatformer.analysis.lens import contributions
+    cfg = preset(name, 12)
+    model = random_model(cfg)
+    tokens = tokens_for(cfg, batch=3)
+    with torch.no_grad():
+        _, tl_cache = to_transformer_lens(model).run_with_cache(torch.tensor(tokens))
+        parts, labels = tl_cache.decompose_resid(return_labels=True)
+        heads, head_labels = tl_cache.stack_head_results(layer=-1, return_labels=True)
+    W_U = model.tensors["unembed.W_U"]
+    ours = contributions(model, tokens, by_head=False)
+    for part, label in zip(parts.numpy(), labels):
+        name_ = {"embed": "embed", "pos_embed": "pos"}.get(label)
+        if name_ is None:
+            layer, kind = label.split("_", 1)                 # "0_attn_out", "0_mlp_out"
+            name_ = f"{layer}.attn" if kind == "attn_out" else f"{layer}.mlp"
+            if kind == "mlp_out":                             # ours splits off the bias b_out
+                np.testing.assert_allclose(part @ W_U, ours[name_] + ours[name_ + " bias"],
+                                           atol=1e-12)
+                continue
+        np.testing.assert_allclose(part @ W_U, ours[name_], atol=1e-12, err_msg=label)
+    per_head = contributions(model, tokens)
+    for part, label in zip(heads.numpy(), head_labels):   # "L0H1"
+        layer, head = label[1:].split("H")
+        np.testing.assert_allclose(part @ W_U, per_head[f"{layer}.head {head}"], atol=1e-12)

@@ -44,6 +44,8 @@ def render_report(report: dict):
         for row in report["algorithm"]:
             table.add_row(_plain(row["step"]), _plain(row["measure"]), _plain(row["shown"]))
         out.print(table)
+    else:
+        out.print(_plain(f"(the task {report['task']} declares no algorithm checks)"))
     prompts = report["prompts"]
     table = _table(f"Knobs: KL(original || changed) of the next token, nats, over "
                    f"{prompts['count']} {prompts['source']} prompts",
