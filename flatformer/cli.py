@@ -200,7 +200,8 @@ def reproduce(task: str = typer.Option("plus-last-even", help="Task name."),
               preset_name: Optional[str] = typer.Option(None, "--preset", help="Preset [task's]."),
               out_dir: Path = typer.Option(Path("runs/reproduce"), "--out", help="Output folder."),
               force: bool = typer.Option(False, help="Replace a different run in --out.")):
-    """The main job: train the paper's model (later: figures, movies, explorer, report)."""
+    """The main job: train the paper's model, draw its figures and movies, write the explorer,
+    the analysis and DIR/report.html."""
     from .reproduce import reproduce as run_all
     run_all(task, preset_name, out_dir, force, console)
 

@@ -1,31 +1,97 @@
-"""The main job: train the paper's model, then everything the later stages add."""
+"""The main job: train the paper's model, draw its figures and movies, write the explorer, the
+analysis and a report that links them all."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import time
 from pathlib import Path
 
 from rich.console import Console
 
+from .errors import FlatformerError
+
+STAGES = ["train", "figures", "movies", "explorer", "analysis", "report"]
+
+
+def prepare_folder(out_dir: Path, wanted: dict, force: bool) -> bool:
+    """True when `out_dir` already holds this very run (resume it); refuses a different run
+    unless `force`, which clears it."""
+    config = Path(out_dir) / "run" / "config.json"
+    if not config.exists():
+        if Path(out_dir).exists() and any(Path(out_dir).iterdir()) and not force:
+            raise FlatformerError(f"{out_dir} is not empty and holds no flatformer run; pass "
+                                  f"--force to write into it or choose another --out")
+        return False
+    try:
+        same = json.loads(config.read_text()) == wanted
+    except json.JSONDecodeError:
+        same = False
+    if same:
+        return True
+    if not force:
+        raise FlatformerError(f"{out_dir} holds a different run; pass --force to replace it or "
+                              f"choose another --out")
+    shutil.rmtree(out_dir)
+    return False
+
 
 def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console: Console):
     from .cli import build_job, run_training
-    from .errors import FlatformerError
-    import json
-    import shutil
+    from .commands.animate import write_movies
+    from .commands.figures import draw_suite
+    from .explorer.export import export_run
+    from .explorer.page import page_html
+    from .analysis.report import analyze
+    from .commands.analyze import render_report
+    from .report import Report, write_report
+    from .runs import atomic_write, load_run
 
-    job, _ = build_job(task, preset, "default", 0, None, Path(out_dir) / "run", [])
-    run_dir = Path(out_dir) / "run"
-    config = run_dir / "config.json"
-    resume = False
-    if config.exists():
-        same = json.loads(config.read_text()) == job.run_config(0)
-        if not same and not force:
-            raise FlatformerError(f"{out_dir} holds a different run; pass --force to replace it "
-                                  f"or choose another --out")
-        if not same:
-            shutil.rmtree(run_dir)
-        else:
-            resume = True
-    console.print(f"[bold]1/1 train[/] {job.task.name} with {job.cfg.n_params} parameters "
-                  f"into {run_dir}")
+    out_dir = Path(out_dir)
+    run_dir = out_dir / "run"
+    job, _ = build_job(task, preset, "default", 0, None, run_dir, [])
+    resume = prepare_folder(out_dir, job.run_config(0), force)
+    times: list[tuple[str, float]] = []
+
+    def stage(i: int, what: str):
+        console.rule(f"[bold]{i}/{len(STAGES)} {STAGES[i - 1]}[/]: {what}", align="left")
+        return time.perf_counter()
+
+    start = stage(1, f"{job.task.name}, {job.cfg.n_params} parameters, into {run_dir}")
     run_training(job, resume)
+    times.append(("train", time.perf_counter() - start))
+    run = load_run(run_dir)
+
+    start = stage(2, "the paper's figure suite")
+    _, _, written, skipped = draw_suite(run_dir, None, None, ["png"], None, None)
+    for message in skipped:
+        console.print(message, markup=False, highlight=False)
+    figures = sorted((p for p in written if p.suffix == ".png"), key=lambda p: p.name)
+    times.append(("figures", time.perf_counter() - start))
+
+    start = stage(3, "learning-dynamics movies, one frame per checkpoint")
+    movies = write_movies(run_dir)
+    times.append(("movies", time.perf_counter() - start))
+
+    start = stage(4, "the live explorer")
+    explorer = run_dir / "explorer.html"
+    atomic_write(explorer, page_html(export_run(run)).encode("utf-8"))
+    times.append(("explorer", time.perf_counter() - start))
+
+    start = stage(5, "interventions, lenses, circuits and the algorithm measured")
+    analysis = analyze(run)
+    atomic_write(out_dir / "analysis.json", (json.dumps(analysis, indent=1) + "\n").encode())
+    render_report(analysis)
+    times.append(("analysis", time.perf_counter() - start))
+
+    start = stage(6, "the report")
+    mp4s = [p for paths in movies.values() for p in paths if p.suffix == ".mp4"]
+    rows = [{"step": r["step"], "measure": r["measure"], "value": r["shown"]}
+            for r in analysis.get("algorithm") or []]
+    report = Report(run, times, figures, mp4s, rows, explorer)
+    times.append(("report", time.perf_counter() - start))
+    path = write_report(report, out_dir / "report.html")
+    console.print(f"done in {sum(t for _, t in times):.0f} s: open {path}", markup=False,
+                  highlight=False)
+    return path
