@@ -159,11 +159,13 @@ class Frame:
         self.loss_dot.set_data([steps[i]], [loss[i]])
         self.rule_dot.set_data([steps[i]], [rule_error[i]])
 
-    def rgb(self) -> np.ndarray:
-        """Draw the frame and return it as an (H, W, 3) uint8 array (a copy).
+    def rgba(self) -> np.ndarray:
+        """Draw the frame and return it as an (H, W, 4) uint8 array (a copy; alpha is 255).
 
         The first call renders everything but the moving artists and keeps those pixels; every
         call then restores them and draws the moving artists on top, in the order registered.
+        RGBA rather than RGB: it is the canvas's own layout (a plain copy), ffmpeg converts it
+        itself, and one 32-bit compare finds the white background for the GIF palette.
         """
         canvas = self.fig.canvas
         if self._background is None:
@@ -174,7 +176,7 @@ class Frame:
         canvas.restore_region(self._background)
         for artist in self.moving:
             self.fig.draw_artist(artist)
-        return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+        return np.array(canvas.buffer_rgba())
 
 
 def square_panel(ax, limits, title: str, xlabel: str = "", ylabel: str = "", color=None):

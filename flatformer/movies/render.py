@@ -34,15 +34,16 @@ def _render_range(task) -> int:
     writers = [open_part(fmt, path, fps) for fmt, path in outputs]
     try:
         for i in range(lo, hi):
-            rgb = scene.render(i)
+            rgba = scene.render(i)
             for w in writers:
-                w.append(rgb)
+                w.append(rgba)
             if _COUNTS is not None:
                 _COUNTS[slot] += 1
     finally:
         for w in writers:
             w.close()
         scene.canvas.fig.clear()
+        scene.canvas = None
     return hi - lo
 
 

@@ -71,6 +71,7 @@ class Scene:
 
     def __init__(self, geo: Geometry):
         self.geo, self.ck = geo, geo.ck
+        self.canvas: Frame | None = None
 
     def __len__(self) -> int:
         return len(self.ck)
@@ -88,6 +89,8 @@ class Scene:
         raise NotImplementedError
 
     def update(self, i: int):
+        if self.canvas is None:
+            self.build()
         self.canvas.update(i, caption(self.ck, i))
         self.move(i, self.frame(i))
 
@@ -95,8 +98,9 @@ class Scene:
         raise NotImplementedError
 
     def render(self, i: int) -> np.ndarray:
+        """Frame i as (H, W, 4) uint8 RGBA."""
         self.update(i)
-        return self.canvas.rgb()
+        return self.canvas.rgba()
 
 
 class EmbeddingsMovie(Scene):
@@ -381,7 +385,7 @@ class QKAttentionMovie(Scene):
         ax.set_ylabel("query token", fontsize=8)
         ax.set_title(f"q . k / sqrt(d_head) for every pair of points{g.head_note()}",
                      fontsize=10)
-        self.canvas.animate(self.matrix, *lines)
+        self.canvas.animate(self.matrix, *lines, *ax.spines.values())
 
     def move(self, i, a):
         self.qk.move(i)
