@@ -362,7 +362,7 @@ const FlatModel = (() => {
       const dist = sampling(logits[logits.length - 1], options);
       const u = rng();
       const chosen = pick(dist.probs, u);
-      steps.push({u, ...chosen, p: dist.probs[chosen.token]});
+      steps.push({u, ...chosen, p: dist.probs[chosen.token], probs: dist.probs});
       seq.push(chosen.token);
     }
     return steps;

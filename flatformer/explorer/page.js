@@ -53,7 +53,7 @@
 
   // ---- state: everything a view depends on, mirrored in the URL hash ----
   const DEFAULT = {seq: DATA.demo.slice(), step: DATA.step, off: [], mlp: [], pos: false, beta: 1,
-                   temp: 1, k: 0, p: 1, seed: 1, n: cfg.n_ctx, cell: null};
+                   temp: 1, k: 0, p: 1, seed: 1, n: cfg.n_ctx, cell: null, zoom: false};
   let state = {...DEFAULT};
 
   function toHash(s) {
@@ -61,6 +61,7 @@
     if (s.off.length) parts.push(`off=${s.off.join(",")}`);
     if (s.mlp.length) parts.push(`mlp=${s.mlp.join(",")}`);
     if (s.pos) parts.push("pos=off");
+    if (s.zoom) parts.push("zoom=seq");
     for (const key of ["beta", "temp", "k", "p", "seed", "n"]) {
       if (s[key] !== DEFAULT[key]) parts.push(`${key}=${s[key]}`);
     }
@@ -95,6 +96,7 @@
       else problems.push("mlp");
     }
     s.pos = params.get("pos") === "off";
+    s.zoom = params.get("zoom") === "seq";
     num("beta", (v) => v >= 0 && v <= 10);
     num("temp", (v) => v >= 0.01 && v <= 10);
     num("k", (v) => Number.isInteger(v) && v >= 0 && v <= V);
@@ -119,6 +121,7 @@
   }
 
   function setState(change) {
+    if ("step" in change && !steps.includes(change.step)) throw new Error(`no checkpoint at step ${change.step}`);
     state = {...state, ...change};
     if (state.cell && (state.cell.q >= state.seq.length)) state.cell = null;
     writeHash();
@@ -145,7 +148,8 @@
   // ---- labels and shapes ----
   const word = (t) => vocab[t];
   const posLabels = (seq) => seq.map((t, i) => ({text: word(t), pos: i}));
-  const at = (t, i) => `${word(t)}${Views.subscript(i)}`;        // "+₇": token + at position 7
+  const clip = (text) => (text.length > 8 ? text.slice(0, 7) + "…" : text);
+  const at = (t, i) => `${clip(word(t))}${Views.subscript(i)}`;  // "+₇": token + at position 7
   const dims = (n) => Array.from({length: n}, (_, i) => String(i));
   const SHAPES = {
     resid: (T) => [[1, T, cfg.d_model], "batch, pos, d_model"],
@@ -388,7 +392,7 @@
     {
       const pl = planes.tokens, plane = planeFor(tokens), xy = tokens.map((x) => M.projectPlane(plane, x));
       pl.begin(Plane.bounds(xy)); pl.axes();
-      xy.forEach(([x, y], v) => pl.point({x, y, r: 4.5, fill: tokenCss(v), stroke: "#fff", label: word(v), tip: [`token ${word(v)}`, `W_E[${v}] = (${tokens[v].map(String).join(", ")})`]}));
+      xy.forEach(([x, y], v) => pl.point({x, y, r: 4.5, fill: tokenCss(v), stroke: "#fff", label: clip(word(v)), tip: [`token ${word(v)}`, `W_E[${v}] = (${tokens[v].map(String).join(", ")})`]}));
       pl.setNote(planeNote(plane, "the token vectors"));
       geometry.tokens = xy;
     }
@@ -405,9 +409,10 @@
       const xy = sums.map((s) => M.projectPlane(plane, s.e));
       const seqXY = c.run.cache["blocks.0.hook_resid_pre"].map((e) => M.projectPlane(plane, e));
       pl.begin(Plane.bounds(xy.concat(seqXY))); pl.axes();
-      const labelAll = sums.length <= 120;
+      // Each token's first and last position are labelled; hover any point for its numbers.
+      const labelled = (s) => V <= 40 && (s.t === 0 || s.t === cfg.n_ctx - 1);
       sums.forEach((s, i) => pl.point({x: xy[i][0], y: xy[i][1], r: 2.6, fill: tokenCss(s.v, 0.55),
-        label: labelAll ? at(s.v, s.t) : null, labelColour: tokenCss(s.v, 0.9),
+        label: labelled(s) ? at(s.v, s.t) : null, labelColour: tokenCss(s.v, 0.95),
         tip: [`${word(s.v)} at position ${s.t}`, `e = (${s.e.map((x) => fmt(x, 4)).join(", ")})`]}));
       pl.line(seqXY, "rgba(31,35,40,0.55)", 1.2, [4, 3]);
       seqXY.forEach(([x, y], i) => pl.point({x, y, r: 5.5, fill: tokenCss(c.seq[i]), stroke: "#1f2328", lineWidth: 1.5,
@@ -447,8 +452,9 @@
     const out = heat(cfg.attn_out ? "attention output (z W_O)" : "attention output (heads concatenated)", b + "hook_attn_out", cfg.d_model);
     const mid = heat("residual after attention", b + "hook_resid_mid", cfg.d_model);
     const qk = new Plane({title: "query–key plane", size: 330});
-    el.append(ln ? row(ln.el) : "", h("div", {class: "heads"}, heads.map((c) => c.el)), arith,
-      row(out.el, mid.el), h("h3", {}, "Geometry"), row(qk.el, h("div", {class: "fig-note wide", id: `qk-note-${l}`})));
+    el.append(ln ? row(ln.el) : "", h("div", {class: "heads"}, heads.map((c) => c.el), arith),
+      h("h3", {}, "Output and geometry"),
+      row(out.el, mid.el, qk.el, h("div", {class: "fig-note qk-note", id: `qk-note-${l}`})));
     return {el, update(c) {
       const rows = posLabels(c.seq), T = c.T, cache = c.run.cache;
       if (ln) show(ln, cache[b + "ln1.hook_normalized"], rows, dims(cfg.d_model), "resid");
@@ -536,8 +542,9 @@
     const plane = dh === 2 ? exactPlane(2) : memo(`qkplane:${state.step}:${l}:${hd}:${state.pos}:${backdrop ? "" : c.seq.join(".")}`, () => M.pca2(cloud));
     const P = (x) => M.projectPlane(plane, x);
     const seqK = keys.map(P), seqQ = queries.map(P);
-    const all = (backdrop ? backdrop.flatMap((p) => [P(p.q), P(p.k)]) : []).concat(seqK, seqQ);
-    const bounds = Plane.bounds(all, 0.08);
+    // The view frames the keys (their differences are what the softmax sees); a query outside
+    // it is drawn at the border, on the line from the view's centre towards it.
+    const bounds = Plane.bounds((backdrop ? backdrop.map((p) => P(p.k)) : []).concat(seqK), 0.12);
     pl.begin(bounds);
     // The dot-product field of the selected query: score(x) = beta * q·x / sqrt(d_head), which
     // is linear along the plane: score = s0 + sx * x + sy * y.
@@ -575,13 +582,18 @@
           `weight ${String(cache[b + "hook_pattern"][hd][qi][j])}`]});
     });
     const [qx, qy] = seqQ[qi];
-    pl.point({x: qx, y: qy, r: 6.5, shape: "diamond", fill: "#2166ac", stroke: "#fff", lineWidth: 1.5,
-      label: `q ${at(c.seq[qi], qi)}`, labelColour: "#173f6b", bold: true, tip: [`query ${qi} (${word(c.seq[qi])})`, `q = (${q.map(String).join(", ")})`]});
+    const cx = (bounds.x0 + bounds.x1) / 2, cy = (bounds.y0 + bounds.y1) / 2, half = (bounds.x1 - bounds.x0) / 2;
+    const reach = Math.max(Math.abs(qx - cx), Math.abs(qy - cy)) / (0.94 * half);
+    const inside = reach <= 1, [dx, dy] = inside ? [qx, qy] : [cx + (qx - cx) / reach, cy + (qy - cy) / reach];
+    if (!inside) pl.arrow([cx + (dx - cx) * 0.7, cy + (dy - cy) * 0.7], [dx, dy], "#2166ac", 2);
+    pl.point({x: dx, y: dy, r: 6.5, shape: "diamond", fill: "#2166ac", stroke: "#fff", lineWidth: 1.5,
+      label: `q ${at(c.seq[qi], qi)}${inside ? "" : " (outside: ×" + reach.toFixed(1) + ")"}`, labelColour: "#173f6b", bold: true,
+      tip: [`query ${qi} (${word(c.seq[qi])})`, `q = (${q.map(String).join(", ")})`, inside ? "" : "drawn at the border: it lies outside the keys' frame"]});
     pl.el.querySelector(".fig-title").textContent = `query–key plane · head ${l}.${hd} · query ${qi} (${word(c.seq[qi])})`;
     pl.setNote("");
     const note = document.getElementById(`qk-note-${l}`);
     if (note) {
-      note.textContent = `Background: the score the selected query (blue diamond) would give a key at each point of the plane (red = attends, blue = avoids). `
+      note.textContent = `Background: the score the selected query (blue diamond) would give a key at each point of the plane (red = high score, blue = low; the softmax favours red). `
         + `Red dots: this sequence's keys, gray where the causal mask hides them from the query. `
         + (backdrop ? "Faint dots: queries (blue) and keys (red) of every token at every position. " : "")
         + (plane.exact ? "d_head = 2: this is the whole key space." : "d_head > 2: the plane of the first two principal components of the points shown; the field is the score along that plane.")
@@ -604,7 +616,9 @@
     const planes = last ? {argmax: new Plane({title: "output landscape: most likely next token", size: 330}),
                            entropy: new Plane({title: "entropy of the next-token distribution", size: 330})} : null;
     el.append(ln ? row(ln.el) : "", row(pre.el), row(post.el), row(out.el, resid.el));
-    if (last) el.append(h("h3", {}, "Geometry"), row(planes.argmax.el, planes.entropy.el), h("p", {class: "fig-note wide", id: "landscape-note"}));
+    const zoom = h("label", {class: "knob", title: "frame the landscape around this sequence's arrows only"},
+      h("input", {type: "checkbox", id: "zoom", onchange: (e) => setState({zoom: e.target.checked})}), "zoom to this sequence");
+    if (last) el.append(h("h3", {}, "Geometry ", zoom), row(planes.argmax.el, planes.entropy.el), h("p", {class: "fig-note wide", id: "landscape-note"}));
     return {el, update(c) {
       const rows = posLabels(c.seq), cache = c.run.cache;
       if (ln) show(ln, cache[b + "ln2.hook_normalized"], rows, dims(cfg.d_model), "resid");
@@ -613,14 +627,17 @@
       const off = state.mlp.includes(l);
       show(out, cache[b + "hook_mlp_out"], rows, dims(cfg.d_model), "resid", {dim: off});
       show(resid, cache[b + "hook_resid_post"], rows, dims(cfg.d_model), "resid");
-      if (last) drawLandscape(planes, c);
+      if (last) {
+        zoom.firstChild.checked = state.zoom;
+        drawLandscape(planes, c);
+      }
     }};
   }
 
   // The landscape's pictures: argmax colours (paler where less sure) and entropy.
   function landscapeImages(grid) {
     const G = grid.G, lnV = Math.log(V), a = new ImageData(G, G), e = new ImageData(G, G);
-    const centroid = new Map(), LUT = Views.SEQUENTIAL_LUT;
+    const LUT = Views.SEQUENTIAL_LUT;
     for (let i = 0; i < G * G; i++) {
       const v = grid.argmax[i], conf = 1 - grid.entropy[i] / lnV;
       const rgb = Views.tokenColour(v), mix = 0.3 + 0.6 * Math.max(0, conf), o = 4 * i;
@@ -628,11 +645,36 @@
       a.data[o + 2] = 255 - mix * (255 - rgb[2]); a.data[o + 3] = 255;
       const h2 = LUT[Math.max(0, Math.min(255, Math.round(255 * grid.entropy[i] / lnV)))];
       e.data[o] = h2[0]; e.data[o + 1] = h2[1]; e.data[o + 2] = h2[2]; e.data[o + 3] = 255;
-      const cc = centroid.get(v) || [0, 0, 0];
-      cc[0] += i % G; cc[1] += Math.floor(i / G); cc[2] += 1;
-      centroid.set(v, cc);
     }
-    return {grid, imgA: Views.toCanvas(a), imgH: Views.toCanvas(e), centroid};
+    return {grid, imgA: Views.toCanvas(a), imgH: Views.toCanvas(e), labels: regionLabels(grid.argmax, G)};
+  }
+
+  // Where to write each token's name: the pixel of its zone farthest from the zone's edge
+  // (a two-pass chamfer distance transform), so the label sits inside even a curved zone.
+  function regionLabels(argmax, G) {
+    const dist = new Float64Array(G * G);
+    const at2 = (r, c) => argmax[r * G + c];
+    for (let r = 0; r < G; r++) {
+      for (let c = 0; c < G; c++) {
+        const edge = r === 0 || c === 0 || r === G - 1 || c === G - 1 || at2(r - 1, c) !== at2(r, c)
+          || at2(r + 1, c) !== at2(r, c) || at2(r, c - 1) !== at2(r, c) || at2(r, c + 1) !== at2(r, c);
+        dist[r * G + c] = edge ? 0 : Infinity;
+      }
+    }
+    for (let r = 1; r < G; r++) for (let c = 1; c < G - 1; c++) {
+      const i = r * G + c;
+      dist[i] = Math.min(dist[i], dist[i - G] + 1, dist[i - 1] + 1, dist[i - G - 1] + 1.41, dist[i - G + 1] + 1.41);
+    }
+    for (let r = G - 2; r >= 0; r--) for (let c = G - 2; c > 0; c--) {
+      const i = r * G + c;
+      dist[i] = Math.min(dist[i], dist[i + G] + 1, dist[i + 1] + 1, dist[i + G + 1] + 1.41, dist[i + G - 1] + 1.41);
+    }
+    const best = new Map();
+    for (let i = 0; i < G * G; i++) {
+      const v = argmax[i], b = best.get(v);
+      if (!b || dist[i] > b.d) best.set(v, {d: dist[i], col: i % G, row: Math.floor(i / G)});
+    }
+    return [...best].filter(([, b]) => b.d >= 3).map(([v, b]) => ({v, col: b.col, row: b.row}));
   }
 
   function drawLandscape(planes, c) {
@@ -641,15 +683,15 @@
     const plane = cfg.d_model === 2 ? exactPlane(2) : memo(`sumplane:${state.step}:${state.pos}`, () => M.pca2(sums.map((s) => s.e)));
     const P = (x) => M.projectPlane(plane, x);
     const E = cache[b + "hook_resid_pre"].map(P), Z = cache[b + "hook_resid_mid"].map(P);
-    const cloud = l === 0 ? sums.map((s) => P(s.e)) : [];
+    const cloud = l === 0 && !state.zoom ? sums.map((s) => P(s.e)) : [];
     const raw = Plane.bounds(cloud.concat(E, Z), 0.1);
     // Snap the bounds outward to a coarse grid so small moves of the arrows reuse the image.
     const unit = Math.pow(2, Math.ceil(Math.log2((raw.x1 - raw.x0) / 8)));
     const bounds = {x0: Math.floor(raw.x0 / unit) * unit, y0: Math.floor(raw.y0 / unit) * unit};
     const span = Math.max(Math.ceil(raw.x1 / unit) * unit - bounds.x0, Math.ceil(raw.y1 / unit) * unit - bounds.y0);
     bounds.x1 = bounds.x0 + span; bounds.y1 = bounds.y0 + span;
-    const G = 110;
-    const {grid, imgA, imgH, centroid} = memo(`land:${state.step}:${mlpOn}:${state.pos}:${bounds.x0}:${bounds.y0}:${span}`,
+    const G = cfg.d_model <= 4 ? 160 : 90;
+    const {grid, imgA, imgH, labels} = memo(`land:${state.step}:${mlpOn}:${state.pos}:${bounds.x0}:${bounds.y0}:${span}`,
       () => landscapeImages(M.outputGrid(c.model, plane, bounds, G, mlpOn)));
     const toXY = (px, py) => [bounds.x0 + (px + 0.5) / G * span, bounds.y1 - (py + 0.5) / G * span];
     for (const [kind, pl, img] of [["argmax", planes.argmax, imgA], ["entropy", planes.entropy, imgH]]) {
@@ -662,15 +704,19 @@
         return [`(${fmt(x, 3)}, ${fmt(y, 3)})`, `most likely: ${word(grid.argmax[r * G + col])}`, `entropy ${fmt(grid.entropy[r * G + col], 3)} nats`];
       };
       if (kind === "argmax") {
-        for (const [v, [sx, sy, n]] of centroid) {
-          if (n < G * G * 0.004) continue;
-          const [x, y] = toXY(sx / n, sy / n);
-          pl.ctx.font = "600 12px system-ui, sans-serif";
-          pl.ctx.textAlign = "center";
-          pl.ctx.fillStyle = "rgba(31,35,40,0.55)";
-          const t = word(v);
-          pl.ctx.fillText(t.length > 8 ? t.slice(0, 7) + "…" : t, pl.sx(x), pl.sy(y));
+        const ctx = pl.ctx;
+        ctx.font = "600 12px system-ui, sans-serif";
+        ctx.textAlign = "center";
+        ctx.textBaseline = "middle";
+        ctx.lineWidth = 3;
+        ctx.strokeStyle = "rgba(255,255,255,0.8)";
+        ctx.fillStyle = "rgba(31,35,40,0.8)";
+        for (const {v, col, row: r} of labels) {
+          const [x, y] = toXY(col, r);
+          ctx.strokeText(clip(word(v)), pl.sx(x), pl.sy(y));
+          ctx.fillText(clip(word(v)), pl.sx(x), pl.sy(y));
         }
+        ctx.textBaseline = "alphabetic";
       }
       E.forEach((e, i) => {
         const last = i === c.T - 1, col = last ? "#1f2328" : "rgba(31,35,40,0.55)";
@@ -762,6 +808,18 @@
     });
   }
 
+  // The whole cumulative distribution of one draw, token slices in vocabulary order.
+  function strip(d) {
+    let lo = 0;
+    const parts = d.probs.map((p, v) => {
+      const left = lo;
+      lo += p;
+      return p > 0 ? h("span", {class: "slice" + (v === d.token ? " chosen" : ""), title: `${word(v)}: [${left.toFixed(4)}, ${lo.toFixed(4)})`,
+        style: {left: `${100 * left}%`, width: `${100 * p}%`, background: tokenCss(v, v === d.token ? 0.95 : 0.28)}}) : null;
+    });
+    return h("div", {class: "strip"}, parts, h("span", {class: "u-mark", style: {left: `${100 * d.u}%`}}));
+  }
+
   function drawGeneration(gen, table, c, draws) {
     clear(gen);
     gen.dataset.tokens = draws.map((d) => d.token).join(",");
@@ -774,9 +832,7 @@
     const body = h("tbody");
     draws.forEach((d, i) => body.appendChild(h("tr", {dataset: {u: String(d.u), token: d.token}},
       h("td", {}, String(i + 1)), h("td", {}, num(`u.${i}`, d.u, 6)),
-      h("td", {}, h("div", {class: "strip"},
-        h("span", {class: "slice", style: {left: `${100 * d.lo}%`, width: `${100 * (d.hi - d.lo)}%`, background: tokenCss(d.token, 0.85)}}),
-        h("span", {class: "u-mark", style: {left: `${100 * d.u}%`}}))),
+      h("td", {}, strip(d)),
       h("td", {class: "muted"}, `[${d.lo.toFixed(3)}, ${d.hi.toFixed(3)})`),
       h("td", {}, h("b", {}, word(d.token))), h("td", {}, `${(100 * d.p).toFixed(1)}%`))));
     table.appendChild(body);

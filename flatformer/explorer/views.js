@@ -79,9 +79,9 @@ const Views = (() => {
   const css = (rgb) => `rgb(${rgb[0]},${rgb[1]},${rgb[2]})`;
   const inkOn = (rgb) => (0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 140 ? "#fff" : "#1f2328");
 
-  // Token colours: Tableau 10 plus two, then evenly spaced hues.
-  const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
-                   "#b07aa1", "#ff9da7", "#9c755f", "#79706e", "#17becf", "#8c564b"];
+  // Token colours: matplotlib's tab10 plus indigo and maroon, then evenly spaced hues.
+  const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                   "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#843c39"];
   const colourCache = [];
   const tokenColour = (i) => colourCache[i] || (colourCache[i] = makeColour(i));
   function makeColour(i) {
@@ -142,6 +142,23 @@ const Views = (() => {
   // (or a user script) can find cell (i, j) at x = j * (cell + gap), y = i * (cell + gap).
   const GAP = 1;
   let hatch = null;
+  function makeHatch(ctx) {
+    const c = document.createElement("canvas");
+    c.width = 6; c.height = 6;
+    const g = c.getContext("2d");
+    g.fillStyle = "#f3f4f6"; g.fillRect(0, 0, 6, 6);
+    g.strokeStyle = "#dde0e4"; g.lineWidth = 1.5;
+    g.beginPath(); g.moveTo(0, 6); g.lineTo(6, 0); g.stroke();
+    return ctx.createPattern(c, "repeat");
+  }
+  function sameValues(A, B) {
+    if (!B || A.length !== B.length) return false;
+    for (let i = 0; i < A.length; i++) {
+      if (A[i].length !== B[i].length) return false;
+      for (let j = 0; j < A[i].length; j++) if (!Object.is(A[i][j], B[i][j])) return false;
+    }
+    return true;
+  }
   class Heatmap {
     // opts: title, hook, kind ("diverging" | "sequential"), cell (px), values (show numbers),
     // causal (mask j > i), onClick(i, j), describe(i, j, value) -> tooltip lines
@@ -202,8 +219,12 @@ const Views = (() => {
         if (seq && this.opts.unit) limit = 1;
       }
       limit = limit || 1;
-      this.draw(M, limit, seq, selected);
       this.el.classList.toggle("dim", !!dim);
+      // Most knob changes leave many maps as they were: those are not drawn again.
+      const stamp = `${limit}|${selected ? selected.join(".") : ""}|${M.length}x${M[0].length}`;
+      if (key === this.drawnKey && stamp === this.stamp && sameValues(M, this.drawn)) return;
+      this.drawnKey = key; this.stamp = stamp; this.drawn = M.map((r) => Array.from(r));
+      this.draw(M, limit, seq, selected);
       this.drawLegend(limit, seq);
     }
 
@@ -225,35 +246,50 @@ const Views = (() => {
       this.ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     }
 
+    // Cells as one pixel each in a tiny image, scaled up without smoothing; then the gaps,
+    // the masked cells, the numbers and the selection on top.
     draw(M, limit, seq, selected) {
       const ctx = this.ctx, cell = this.opts.cell, step = cell + GAP;
-      ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
-      if (!hatch) {
-        const c = document.createElement("canvas");
-        c.width = 6; c.height = 6;
-        const g = c.getContext("2d");
-        g.fillStyle = "#f3f4f6"; g.fillRect(0, 0, 6, 6);
-        g.strokeStyle = "#dde0e4"; g.lineWidth = 1.5;
-        g.beginPath(); g.moveTo(0, 6); g.lineTo(6, 0); g.stroke();
-        hatch = ctx.createPattern(c, "repeat");
+      const rows = M.length, cols = M[0].length, LUT = seq ? SEQUENTIAL_LUT : DIVERGING_LUT;
+      if (!this.pixels || this.pixels.width !== cols || this.pixels.height !== rows) {
+        this.pixels = new ImageData(cols, rows);
+        this.tiny = document.createElement("canvas");
+        this.tiny.width = cols; this.tiny.height = rows;
+        this.tinyCtx = this.tiny.getContext("2d");
       }
-      ctx.font = "10.5px system-ui, sans-serif";
-      ctx.textAlign = "center";
-      ctx.textBaseline = "middle";
-      for (let i = 0; i < M.length; i++) {
-        for (let j = 0; j < M[i].length; j++) {
-          const v = M[i][j], x = j * step, y = i * step;
-          if (this.isMasked(i, j)) {
-            ctx.fillStyle = hatch;
-            ctx.fillRect(x, y, cell, cell);
-            continue;
-          }
-          const rgb = seq ? sequential(v, limit) : diverging(v, limit);
-          ctx.fillStyle = css(rgb);
-          ctx.fillRect(x, y, cell, cell);
-          if (this.opts.values) {
-            ctx.fillStyle = inkOn(rgb);
-            ctx.fillText(short(v), x + cell / 2, y + cell / 2 + 0.5);
+      const data = this.pixels.data, index = new Array(rows * cols);
+      for (let i = 0; i < rows; i++) {
+        for (let j = 0; j < cols; j++) {
+          const v = M[i][j];
+          const t = seq ? v / limit : 0.5 + 0.5 * v / limit;
+          const k = Number.isFinite(t) ? Math.max(0, Math.min(255, Math.round(255 * t))) : 0;
+          const rgb = LUT[k], o = 4 * (i * cols + j);
+          index[i * cols + j] = k;
+          data[o] = rgb[0]; data[o + 1] = rgb[1]; data[o + 2] = rgb[2]; data[o + 3] = 255;
+        }
+      }
+      this.tinyCtx.putImageData(this.pixels, 0, 0);
+      const w = cols * step - GAP, hgt = rows * step - GAP;
+      ctx.clearRect(0, 0, w, hgt);
+      ctx.imageSmoothingEnabled = false;
+      ctx.drawImage(this.tiny, 0, 0, cols * step, rows * step);
+      ctx.fillStyle = "#ffffff";
+      for (let j = 1; j < cols; j++) ctx.fillRect(j * step - GAP, 0, GAP, hgt);
+      for (let i = 1; i < rows; i++) ctx.fillRect(0, i * step - GAP, w, GAP);
+      if (!hatch) hatch = makeHatch(ctx);
+      ctx.fillStyle = hatch;
+      for (let i = 0; i < rows; i++) {
+        for (let j = 0; j < cols; j++) if (this.isMasked(i, j)) ctx.fillRect(j * step, i * step, cell, cell);
+      }
+      if (this.opts.values) {
+        ctx.font = "10.5px system-ui, sans-serif";
+        ctx.textAlign = "center";
+        ctx.textBaseline = "middle";
+        for (let i = 0; i < rows; i++) {
+          for (let j = 0; j < cols; j++) {
+            if (this.isMasked(i, j)) continue;
+            ctx.fillStyle = INK[index[i * cols + j] + (seq ? 256 : 0)];
+            ctx.fillText(short(M[i][j]), j * step + cell / 2, i * step + cell / 2 + 0.5);
           }
         }
       }
@@ -284,6 +320,7 @@ const Views = (() => {
   // 256-entry lookup tables of the colour maps, for per-pixel fields.
   const lut = (f) => Array.from({length: 256}, (_, i) => f(i / 255));
   const DIVERGING_LUT = lut(divergingRamp), SEQUENTIAL_LUT = lut(sequentialRamp);
+  const INK = DIVERGING_LUT.concat(SEQUENTIAL_LUT).map(inkOn);     // text colour on each entry
 
   // ---- Plane: a square canvas with equal axis scales for 2-D geometry ----
   class Plane {
@@ -299,7 +336,7 @@ const Views = (() => {
       this.canvas.addEventListener("mouseleave", hideTip);
     }
 
-    setNote(text) { this.noteEl.textContent = text; }
+    setNote(text) { if (this.noteEl.textContent !== text) this.noteEl.textContent = text; }
 
     // Square bounds around points [[x, y]], padded, with equal scales.
     static bounds(points, pad = 0.12) {
@@ -320,7 +357,7 @@ const Views = (() => {
         this.canvas.width = s * dpr; this.canvas.height = s * dpr;
         this.canvas.style.width = `${s}px`; this.canvas.style.height = `${s}px`;
       }
-      const ctx = this.canvas.getContext("2d");
+      const ctx = this.ctx2d || (this.ctx2d = this.canvas.getContext("2d"));
       ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
       ctx.clearRect(0, 0, s, s);
       ctx.fillStyle = "#fff";
@@ -334,8 +371,16 @@ const Views = (() => {
     // An image (e.g. a field) stretched over the whole plane: pixel (i, j) covers data cell
     // x = x0 + (i + 0.5) * dx, y = y1 - (j + 0.5) * dy.
     image(source) {
+      if (source instanceof ImageData) {
+        if (!this.scratch || this.scratch.width !== source.width || this.scratch.height !== source.height) {
+          this.scratch = toCanvas(source);
+        } else {
+          this.scratch.getContext("2d").putImageData(source, 0, 0);
+        }
+        source = this.scratch;
+      }
       this.ctx.imageSmoothingEnabled = false;
-      this.ctx.drawImage(source instanceof ImageData ? toCanvas(source) : source, 0, 0, this.size, this.size);
+      this.ctx.drawImage(source, 0, 0, this.size, this.size);
     }
 
     axes() {
@@ -375,9 +420,13 @@ const Views = (() => {
 
     label(text, x, y, colour, bold) {
       const ctx = this.ctx;
-      const shown = text.length > 8 ? text.slice(0, 7) + "…" : text;
+      const shown = text.length > 24 ? text.slice(0, 23) + "…" : text;
       ctx.font = `${bold ? "600 " : ""}10px system-ui, sans-serif`;
       ctx.textAlign = "left";
+      // Keep labels inside the canvas: near the right or top edge they flip inwards.
+      const width = ctx.measureText(shown).width;
+      if (x + width > this.size - 2) x = Math.max(2, x - width - 14);
+      if (y < 11) y += 20;
       ctx.lineWidth = 3;
       ctx.strokeStyle = "rgba(255,255,255,0.85)";
       ctx.strokeText(shown, x, y);
