@@ -1,0 +1,580 @@
+"""Many seeds, one geometry? Align every seed's plane to a reference seed and measure which
+structures hold in every seed that learned the task (necessary, for this architecture and task)
+and which are each seed's own choice.
+
+The symmetry. A model without LayerNorm computes the same function after any orthogonal map R of
+its residual stream (row vectors, x -> x R) with the readers and writers of the stream
+compensating (`rotate_tensors`):
+
+    W_E R, W_pos R;  R^T W_Q, R^T W_K;  R^T W_V and W_O R (or R^T W_V R without W_O, where the
+    head's value is itself a residual vector);  R^T W_in, W_out R, b_out R;  R^T W_U.
+
+So the residual-stream planes (embeddings x + p, the head outputs written into the stream, z,
+the landscape's input) are compared after one R per seed, fitted by orthogonal Procrustes with
+reflections allowed on the V x T points x_v + p_t (about the origin: a translation is not a
+symmetry, the attention reads x W_Q with no bias). Under that symmetry q and k do not change at
+all; across seeds the query/key space has its own freedom: any common orthogonal map S of a
+head's q and k keeps every q . k. So each head gets its own S, fitted jointly on its queries
+and keys (never one map for q and another for k, which would change the scores). Values are
+compared as what the head writes into the residual stream (v W_O, or v itself without W_O), so
+they move with R. With LayerNorm the rotation is not a symmetry (LN centres along the all-ones
+direction); the fit is then only a common frame to draw in, and `Comparison.symmetric` says so.
+
+The measures. Generic, for any task: the final rule error, the alignment residual, whether the
+position embeddings form a monotone ladder, and (for d_model == 2) the cyclic order of the rule
+targets' zones around the output landscape. Task-declared: a task whose checks are the recall
+checks of `analysis.algorithm` ("after a marker, recall the most recent wanted token", such as
+plus-last-even) also gets: wanted / other / marker classes pairwise linearly separable (token
+embeddings; token + position points), the marker's queries separable from the other queries,
+recency read from the weights (for each wanted key token, later positions score higher with
+the marker's queries) and recency in the held-out windows (`algorithm.recency`). Those reuse the
+small measures of `analysis.algorithm` and `analysis.geometry`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .analysis import algorithm
+from .analysis.geometry import ladder, spread
+from .config import ModelConfig
+from .data import TaskData
+from .errors import FlatformerError
+from .evaluate import evaluate
+from .figures.compute import all_points_tokens, head_outputs, output_logits, square_limits
+from .model import Params, forward
+from .runs import Run, seed_runs
+from .transformer import Transformer
+
+SUCCESS = 0.01          # rule error at or below which a seed counts as having learned the task
+ZONE_ANGLES = 2048      # points on the circle the zone order is read along
+ZONE_RADIUS = 4.0       # that circle's radius, in spreads of the answers' z points
+COLLINEAR = 0.99        # points are "on a line" when their first axis holds this share of variance
+
+
+# --------------------------------------------------------------------------- the symmetry
+
+def procrustes(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The orthogonal R (reflections allowed) minimising |A R - B| for each seed.
+
+    A (S, N, d) points of S seeds, B (N, d) the reference points. Returns R (S, d, d) and the
+    relative residual |A R - B| / |B| (S,): 0 when a seed is exactly an orthogonal image.
+    """
+    M = np.einsum("snd,ne->sde", A, B)
+    U, _, Vt = np.linalg.svd(M)
+    R = U @ Vt
+    gap = np.linalg.norm((A @ R - B).reshape(len(A), -1), axis=1)
+    return R, gap / max(float(np.linalg.norm(B)), 1e-300)
+
+
+def rotate_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray],
+                   R: np.ndarray) -> dict[str, np.ndarray]:
+    """The same model with its residual stream mapped by the orthogonal R (x -> x R).
+
+    The function (every logit) is unchanged; q, k and the attention pattern too. Only defined
+    when the map is a symmetry: no LayerNorm, and either W_O or a single head (without W_O the
+    head's value is written straight into the stream, so it must turn with it).
+    """
+    if cfg.normalization != "none":
+        raise FlatformerError("a rotation of the residual stream is no symmetry of a model "
+                              "with LayerNorm")
+    if not cfg.attn_out and cfg.n_heads != 1:
+        raise FlatformerError("without W_O, several heads write into fixed slices of the "
+                              "stream: a general rotation is no symmetry")
+    t = {name: np.array(value) for name, value in tensors.items()}
+    t["embed.W_E"] = t["embed.W_E"] @ R
+    t["pos_embed.W_pos"] = t["pos_embed.W_pos"] @ R
+    for layer in range(cfg.n_layers):
+        b = f"blocks.{layer}."
+        for w in "QKV":
+            t[b + f"attn.W_{w}"] = np.einsum("ed,hef->hdf", R, t[b + f"attn.W_{w}"])  # R^T W
+        if cfg.attn_out:
+            t[b + "attn.W_O"] = t[b + "attn.W_O"] @ R
+        else:
+            t[b + "attn.W_V"] = t[b + "attn.W_V"] @ R
+            if cfg.qkv_bias:
+                t[b + "attn.b_V"] = t[b + "attn.b_V"] @ R
+        t[b + "mlp.W_in"] = R.T @ t[b + "mlp.W_in"]
+        t[b + "mlp.W_out"] = t[b + "mlp.W_out"] @ R
+        t[b + "mlp.b_out"] = t[b + "mlp.b_out"] @ R
+    t["unembed.W_U"] = R.T @ t["unembed.W_U"]
+    return t
+
+
+# --------------------------------------------------------------------------- task-declared roles
+
+@dataclass
+class RecallSpec:
+    """A recall task's roles: after `marker`, the most recent token in `wanted`."""
+
+    marker: int
+    wanted: list[int]
+    other: list[int]
+    names: tuple[str, str, str]      # e.g. ("even", "odd", "+")
+
+    def mask(self, V: int) -> np.ndarray:
+        m = np.zeros(V, dtype=bool)
+        m[self.wanted] = True
+        return m
+
+
+def recall_spec(task) -> RecallSpec | None:
+    """The roles a task declared through `algorithm.recall_checks`, or None.
+
+    The analysis module keeps them inside the checks function it registers for the task, so
+    they are read from that function's closure: one declaration, no copy here.
+    """
+    checks = algorithm.checks_for(task)
+    if checks is None or not checks.__qualname__.startswith("recall_checks."):
+        return None
+    found = inspect.getclosurevars(checks).nonlocals
+    vocab = list(task.vocab)
+    return RecallSpec(vocab.index(found["marker"]), [vocab.index(w) for w in found["wanted"]],
+                      [vocab.index(o) for o in found["other"]], tuple(found["names"]))
+
+
+# --------------------------------------------------------------------------- zones of the landscape
+
+def canonical_cycle(seq) -> tuple:
+    """A cyclic sequence written the same way whatever its start and direction: the smallest of
+    its rotations and of its reversal's rotations."""
+    seq = tuple(seq)
+    if not seq:
+        return seq
+    forms = [s[i:] + s[:i] for s in (seq, seq[::-1]) for i in range(len(s))]
+    return min(forms)
+
+
+def canonical_line(seq) -> tuple:
+    """An order along a line written the same way in either direction."""
+    seq = tuple(seq)
+    return min(seq, seq[::-1])
+
+
+def collapse_cycle(labels) -> list:
+    """Runs of equal labels around a circle, one entry per run (first and last runs joined)."""
+    runs = [x for i, x in enumerate(labels) if i == 0 or x != labels[i - 1]]
+    if len(runs) > 1 and runs[0] == runs[-1]:
+        runs.pop()
+    return runs
+
+
+def zone_circle(z_by_target: np.ndarray) -> tuple[np.ndarray, float]:
+    """Centre and radius of the circle the zones are read along: centred on the targets' mean
+    z points (where the model puts each answer), ZONE_RADIUS times their spread out. Close to
+    those points the zones meet in a tangle; further out they are wedges from a common apex,
+    and their order no longer depends on the radius (on seeds 0-63 of plus-last-even the order
+    read at 3x and at 5x agreed for 53 of 64 seeds, at 5x and 8x for 56)."""
+    centre = z_by_target.mean(0)
+    return centre, ZONE_RADIUS * spread(z_by_target)
+
+
+def zone_sequence(model: Transformer, centre, radius: float, targets: list[int],
+                  n_angles: int = ZONE_ANGLES) -> list[int]:
+    """The rule targets whose argmax zones a circle crosses, in order, one entry per crossing."""
+    angles = np.linspace(0, 2 * np.pi, n_angles, endpoint=False)
+    points = centre + radius * np.stack([np.cos(angles), np.sin(angles)], 1)
+    labels = output_logits(model, points).argmax(-1)
+    wanted = set(targets)
+    return collapse_cycle([int(x) for x in labels if int(x) in wanted])
+
+
+# --------------------------------------------------------------------------- the comparison
+
+@dataclass
+class Comparison:
+    """Every seed of a --seeds run at one step, aligned to the reference seed."""
+
+    task: object
+    cfg: ModelConfig
+    seeds: list[int]
+    step: int
+    reference: int                  # index (into seeds) of the reference seed
+    success: float
+    rule_error: np.ndarray          # (S,)
+    R: np.ndarray                   # (S, d, d): seed's residual x -> x @ R[s] in the ref frame
+    residual: np.ndarray            # (S,) relative Procrustes residual of the embedding points
+    S_qk: np.ndarray                # (S, H, dh, dh): common map of each head's q and k
+    qk_residual: np.ndarray         # (S, H)
+    points: np.ndarray              # (S, V, T, d) aligned x_v + p_t
+    written: np.ndarray             # (S, V, T, H, d) aligned head outputs (values in the stream)
+    queries: np.ndarray             # (S, V, T, H, dh) aligned by S_qk
+    keys: np.ndarray                # (S, V, T, H, dh)
+    measures: dict                  # name -> (S,) array (bool or float)
+    targets: list[int]              # the rule's forced targets (whose zones are ordered)
+    zone_order: list                # per seed: canonical tuple of target ids, or None
+    line_order: list                # per seed: wanted tokens in order along their line, or None
+    zone_centre: np.ndarray | None  # (S, 2) aligned centre of the zone circle
+    zone_radius: np.ndarray | None  # (S,)
+    z_targets: np.ndarray | None    # (S, n_targets, d) aligned mean z point per target
+    spec: RecallSpec | None
+    n_positions: int                # held-out positions the rule error counts
+    models: list = field(repr=False, default_factory=list)
+
+    @property
+    def successful(self) -> np.ndarray:
+        return self.rule_error <= self.success
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether the residual rotation is a symmetry of the model (no LayerNorm)."""
+        return self.cfg.normalization == "none"
+
+    @property
+    def vocab(self) -> list[str]:
+        return list(self.task.vocab)
+
+    def order_text(self, order) -> str:
+        return "n/a" if order is None else " ".join(self.vocab[i] for i in order)
+
+    def aligned_logits(self, s: int, points: np.ndarray) -> np.ndarray:
+        """Seed s's output network at points of the reference frame (..., d)."""
+        return output_logits(self.models[s], np.asarray(points) @ self.R[s].T)
+
+
+def _weights_recency(q, k, spec: RecallSpec, head: np.ndarray) -> np.ndarray:
+    """Per seed, the fraction of steps s -> s + 1 <= t along which a wanted key's score with the
+    marker's query at t rises (q (S, V, T, H, dh), k likewise; `head` (S,) the head read)."""
+    seeds = np.arange(len(q))
+    qm = q[seeds, spec.marker, :, head]                                     # (S, T, dh)
+    kw = k[seeds, :, :, head][:, spec.wanted]                               # (S, W, T, dh)
+    scores = np.einsum("std,swud->stwu", qm, kw)                            # (S, t, W, u)
+    T = q.shape[2]
+    rises = np.diff(scores, axis=-1) > 0                                    # step u -> u + 1
+    visible = (np.arange(1, T)[None, :] <= np.arange(T)[:, None])           # (t, u + 1 <= t)
+    counted = np.broadcast_to(visible[:, None, :], rises.shape[1:])
+    return (rises & counted).sum((1, 2, 3)) / max(int(counted.sum()), 1)
+
+
+@dataclass
+class WindowRows:
+    """One batched pass of every seed over the held-out windows whose prediction the rule forces:
+    at each window's prediction position, each layer-0 head's scores and attention weights over
+    the keys, and z (the last block's resid_mid, the output network's input)."""
+
+    inputs: np.ndarray      # (B, T)
+    index: np.ndarray       # (B,)
+    targets: np.ndarray     # (B,)
+    scores: np.ndarray      # (S, B, H, T), -inf on masked keys
+    pattern: np.ndarray     # (S, B, H, T)
+    z: np.ndarray           # (S, B, d)
+
+
+def window_rows(params: Params, data: TaskData, group: int = 8) -> WindowRows:
+    """`WindowRows` of the forced rule windows, `group` seeds at a time (bounded memory)."""
+    cfg, S = params.cfg, params.n_seeds
+    keep = data.rule_targets >= 0
+    inputs, index, targets = data.rule_inputs[keep], data.rule_index[keep], data.rule_targets[keep]
+    B, T, H = len(inputs), cfg.n_ctx, cfg.n_heads
+    scores, pattern = np.zeros((S, B, H, T)), np.zeros((S, B, H, T))
+    z = np.zeros((S, B, cfg.d_model))
+    rows = np.arange(B)
+    for lo in range(0, S, group):
+        part = params.select(range(lo, min(lo + group, S)))
+        _, cache = forward(part, np.broadcast_to(inputs, (part.n_seeds, *inputs.shape)))
+        hi = lo + part.n_seeds
+        for name, dest in (("scores", scores), ("pattern", pattern)):
+            act = cache[f"blocks.0.attn.hook_{'attn_scores' if name == 'scores' else name}"]
+            dest[lo:hi] = act.transpose(0, 1, 3, 2, 4)[:, rows, index]       # (s, B, H, T)
+        z[lo:hi] = cache[f"blocks.{cfg.n_layers - 1}.hook_resid_mid"][:, rows, index]
+    return WindowRows(inputs, index, targets, scores, pattern, z)
+
+
+def window_recency(scores: np.ndarray, inputs: np.ndarray, index: np.ndarray,
+                   wanted: np.ndarray) -> np.ndarray:
+    """`algorithm.recency` for every seed at once: over every pair of `wanted` tokens before each
+    window's `index`, the fraction where the later one scores higher. scores (S, B, T): each
+    seed's score row at the prediction, for the head read. NaN when no window holds a pair."""
+    T = inputs.shape[1]
+    before = (np.arange(T)[None] < index[:, None]) & wanted[inputs]               # (B, T)
+    pairs = before[:, :, None] & before[:, None, :] & np.triu(np.ones((T, T), bool), 1)
+    later_higher = scores[:, :, None, :] > scores[:, :, :, None]                 # [u, w]: w > u
+    total = int(pairs.sum())
+    wins = (later_higher & pairs).sum((1, 2, 3))
+    return wins / total if total else np.full(len(scores), np.nan)
+
+
+def compare_models(cfg: ModelConfig, task, tensors: list[dict], data: TaskData,
+                   seeds: list[int] | None = None, step: int = -1, reference: int | None = None,
+                   success: float = SUCCESS) -> Comparison:
+    """Compare models of one config on one task (tensors: one dict per seed).
+
+    `reference` is a seed number from `seeds` (default: the first successful seed, else the
+    first seed).
+    """
+    S, V, T, d = len(tensors), cfg.d_vocab, cfg.n_ctx, cfg.d_model
+    seeds = list(range(S)) if seeds is None else list(seeds)
+    params = Params.stack(cfg, tensors)
+    models = [Transformer(cfg, t) for t in tensors]
+    rule_error = evaluate(params, data, with_loss=False)[1]
+    if reference is None:
+        ok = np.flatnonzero(rule_error <= success)
+        ref = int(ok[0]) if len(ok) else 0
+    elif reference in seeds:
+        ref = seeds.index(reference)
+    else:
+        raise FlatformerError(f"reference seed {reference} is not among the seeds "
+                              f"{seeds[0]}..{seeds[-1]}")
+
+    # Every token at every position in one batched pass: points, q, k, v of all seeds.
+    tokens = np.broadcast_to(all_points_tokens(V, T), (S, V, T))
+    _, cache = forward(params, tokens)
+    X = cache["hook_embed"] + cache["hook_pos_embed"]                      # (S, V, T, d)
+    q, k, v = (cache[f"blocks.0.attn.hook_{n}"] for n in "qkv")             # (S, V, T, H, dh)
+    written = np.stack([head_outputs(m, v[s]) for s, m in enumerate(models)])
+
+    R, residual = procrustes(X.reshape(S, -1, d), X[ref].reshape(-1, d))
+    H, dh = cfg.n_heads, cfg.d_head
+    S_qk, qk_residual = np.zeros((S, H, dh, dh)), np.zeros((S, H))
+    for h in range(H):
+        joint = np.concatenate([q[..., h, :].reshape(S, -1, dh), k[..., h, :].reshape(S, -1, dh)], 1)
+        S_qk[:, h], qk_residual[:, h] = procrustes(joint, joint[ref])
+    align_qk = lambda a: np.einsum("svthi,shij->svthj", a, S_qk)           # noqa: E731
+
+    measures: dict[str, np.ndarray] = {
+        "rule_error": rule_error, "residual": residual,
+        "ladder": np.array([algorithm.position_ladder(m)["monotone"] for m in models]),
+    }
+    targets = sorted({int(t) for t in data.rule_targets if t >= 0})
+    rows = window_rows(params, data) if targets else None
+    spec = recall_spec(task)
+    line_order = [None] * S
+    if spec is not None:
+        recall, line_order = _recall_measures(models, spec, rows, q, k, X)
+        measures.update(recall)
+
+    zone_order, centre, radius, z_targets = [None] * S, None, None, None
+    if d == 2 and len(targets) >= 2:
+        z_own = np.stack([rows.z[:, rows.targets == t].mean(1) for t in targets], 1)  # (S, n, d)
+        centre, radius = np.zeros((S, d)), np.zeros(S)
+        once = np.zeros(S, dtype=bool)
+        for s, m in enumerate(models):
+            centre[s], radius[s] = zone_circle(z_own[s])
+            seq = zone_sequence(m, centre[s], radius[s], targets)
+            zone_order[s] = canonical_cycle(seq)
+            once[s] = sorted(seq) == targets
+        measures["zones_once"] = once
+        centre = np.einsum("sd,sde->se", centre, R)
+        z_targets = np.einsum("snd,sde->sne", z_own, R)
+
+    if spec is not None and "zones_once" in measures:
+        # The zones' cyclic order is the wanted tokens' order along their line, closed up.
+        measures["zones_follow_line"] = np.array(
+            [zone == canonical_cycle(line) for zone, line in zip(zone_order, line_order)])
+    return Comparison(task, cfg, seeds, step, ref, success, rule_error, R, residual, S_qk,
+                      qk_residual, np.einsum("svtd,sde->svte", X, R),
+                      np.einsum("svthd,sde->svthe", written, R), align_qk(q), align_qk(k),
+                      measures, targets, zone_order, line_order, centre, radius, z_targets, spec,
+                      len(data.rule_targets), models)
+
+
+def _recall_measures(models, spec: RecallSpec, rows: WindowRows | None, q, k,
+                     X) -> tuple[dict, list]:
+    """The recall task's structures, per seed (see the module docstring), and the order of the
+    wanted tokens along their line. With several heads, the head read is the layer-0 head whose
+    marker rows most often put their top weight on the most recent wanted token."""
+    S, V = len(models), models[0].cfg.d_vocab
+    W_E = np.stack([m.tensors["embed.W_E"] for m in models])
+    wanted = spec.mask(V)
+    head = np.zeros(S, dtype=int)
+    recency_windows = np.full(S, np.nan)
+    if rows is not None:
+        marked = rows.inputs[np.arange(len(rows.index)), rows.index] == spec.marker
+        inputs, index = rows.inputs[marked], rows.index[marked]
+        if models[0].cfg.n_heads > 1:
+            source = algorithm.recall_sources(inputs, index, wanted)
+            top = rows.pattern[:, marked].argmax(-1)                           # (S, B, H)
+            head = (top == source[None, :, None]).mean(1).argmax(-1)
+        picked = rows.scores[:, marked][np.arange(S), :, head]                 # (S, B, T)
+        recency_windows = window_recency(picked, inputs, index, wanted)
+    out = {name: np.zeros(S, dtype=bool) for name in ("tokens_separable", "points_separable",
+                                                       "queries_separate", "recency_weights",
+                                                       "recency_windows")}
+    out["recency_weights_share"] = _weights_recency(q, k, spec, head)
+    out["recency_windows_share"] = recency_windows
+    out["head"] = head
+    groups = (spec.wanted, spec.other, [spec.marker])
+    for s, m in enumerate(models):
+        for name, points in (("tokens_separable", lambda ids: W_E[s, ids]),
+                             ("points_separable", lambda ids: X[s, ids].reshape(-1, X.shape[-1]))):
+            pairs_sep = algorithm.class_separation(dict(zip(spec.names, map(points, groups))))
+            out[name][s] = all(p["separable"] for p in pairs_sep.values())
+        out["queries_separate"][s] = algorithm.query_separation(m, spec.marker,
+                                                                int(head[s]))["separable"]
+    out["recency_weights"] = out["recency_weights_share"] == 1.0
+    out["recency_windows"] = out["recency_windows_share"] == 1.0
+    lines = [ladder(W_E[s, spec.wanted]) for s in range(S)]
+    out["wanted_collinear_share"] = np.array([line["axis_share"] for line in lines])
+    out["wanted_collinear"] = out["wanted_collinear_share"] >= COLLINEAR
+    orders = [canonical_line(np.array(spec.wanted)[np.argsort(line["along"])].tolist())
+              for line in lines]
+    return out, orders
+
+
+def compare_runs(path, step: int | None = None, reference: int | None = None,
+                 success: float = SUCCESS) -> Comparison:
+    """Load every seed of a --seeds folder at `step` (default: the last step they all share)."""
+    runs: list[Run] = seed_runs(path)
+    if len(runs) < 2:
+        raise FlatformerError(f"{path} holds one run: compare needs a --seeds folder")
+    first = runs[0]
+    for run in runs[1:]:
+        if (run.config["task"], run.cfg, run.config.get("data_seed", 0)) != \
+                (first.config["task"], first.cfg, first.config.get("data_seed", 0)):
+            raise FlatformerError(f"{run.path} differs from {first.path} in task, model or "
+                                  f"data seed: only seeds of one configuration compare")
+    if step is None:
+        shared = set(first.steps).intersection(*(r.steps for r in runs[1:]))
+        if not shared:
+            raise FlatformerError(f"the seed runs of {path} share no checkpoint step")
+        step = max(shared)
+    tensors = [run.weights(step) for run in runs]
+    task = first.task
+    data = TaskData.build(task, first.cfg.n_ctx, first.config.get("data_seed", 0))
+    seeds = [int(run.config.get("seed", i)) for i, run in enumerate(runs)]
+    return compare_models(first.cfg, task, tensors, data, seeds, step, reference, success)
+
+
+# --------------------------------------------------------------------------- the summary
+
+# (key, label) in the order the tables show them; {0} {1} {2} are the recall task's class names.
+STRUCTURES = [
+    ("tokens_separable", "{0} / {1} / {2} token embeddings linearly separable"),
+    ("points_separable", "{0} / {1} / {2} token + position points linearly separable"),
+    ("wanted_collinear", "{0} token embeddings on a line"),
+    ("ladder", "positions a monotone ladder"),
+    ("queries_separate", "{2} queries apart from all other queries"),
+    ("recency_weights", "recency in the weights: each {0} key rises with position"),
+    ("recency_windows", "recency in the data: a later {0} always outscores an earlier one"),
+    ("zones_once", "each answer's zone crossed once around the landscape"),
+    ("zones_follow_line", "zones around the landscape in the {0} tokens' order along their line"),
+]
+ORDERS = [
+    ("line_order", "order of the {0} tokens along their line"),
+    ("zone_order", "cyclic order of the answers' zones"),
+]
+
+
+def structure_label(c: Comparison, key: str) -> str:
+    names = c.spec.names if c.spec else ("", "", "")
+    return dict(STRUCTURES + ORDERS)[key].format(*names)
+
+
+def summary(c: Comparison) -> list[dict]:
+    """One row per structure: in how many successful and failed seeds it holds, and whether it
+    holds in every successful seed ("necessary") or not ("varies"). For an order (categorical),
+    the count is of the successful seeds' most common order."""
+    ok = c.successful
+    n_ok, n_bad = int(ok.sum()), int((~ok).sum())
+    rows = []
+    for key, _ in STRUCTURES:
+        if key not in c.measures:
+            continue
+        holds = np.asarray(c.measures[key], dtype=bool)
+        n = int(holds[ok].sum())
+        row = {"key": key, "structure": structure_label(c, key), "successful": n,
+               "n_successful": n_ok, "failed": int(holds[~ok].sum()), "n_failed": n_bad,
+               "verdict": "no seed learned the task" if not n_ok else
+               "necessary" if n == n_ok else "varies"}
+        share = c.measures.get(key + "_share")
+        if share is not None and n_ok:
+            row["worst_successful_share"] = float(np.nanmin(share[ok]))
+        rows.append(row)
+    for key, _ in ORDERS:
+        orders = getattr(c, key)
+        if all(order is None for order in orders):
+            continue
+        counts = Counter(orders[i] for i in np.flatnonzero(ok))
+        top, top_n = counts.most_common(1)[0] if counts else (None, 0)
+        rows.append({"key": key, "structure": structure_label(c, key), "successful": top_n,
+                     "n_successful": n_ok, "failed": sum(orders[i] == top for i in
+                                                         np.flatnonzero(~ok)),
+                     "n_failed": n_bad, "order": c.order_text(top), "n_orders": len(counts),
+                     "verdict": "no seed learned the task" if not n_ok else
+                     "necessary" if len(counts) == 1 else f"varies ({len(counts)} orders)"})
+    return rows
+
+
+def numbers(c: Comparison) -> dict:
+    """Median and worst (largest) rule error and alignment residuals over the successful seeds."""
+    ok = c.successful
+    out = {}
+    for key, values in (("rule_error", c.rule_error), ("residual", c.residual),
+                        ("qk_residual", c.qk_residual.max(1))):
+        v = values[ok] if ok.any() else values
+        out[key] = {"median": float(np.median(v)), "max": float(v.max())}
+    return out
+
+
+def per_seed(c: Comparison) -> list[dict]:
+    rows = []
+    for s, seed in enumerate(c.seeds):
+        row = {"seed": seed, "rule_error": float(c.rule_error[s]),
+               "successful": bool(c.successful[s]), "residual": float(c.residual[s]),
+               "qk_residual": c.qk_residual[s].tolist(), "R": c.R[s].tolist(),
+               "reflection": bool(np.linalg.det(c.R[s]) < 0),
+               "zone_order": c.order_text(c.zone_order[s]),
+               "line_order": c.order_text(c.line_order[s])}
+        for key, values in c.measures.items():
+            if key not in row:
+                value = values[s]
+                row[key] = bool(value) if isinstance(value, (bool, np.bool_)) else \
+                    int(value) if isinstance(value, (np.integer,)) else float(value)
+        rows.append(row)
+    return rows
+
+
+def to_json(c: Comparison) -> dict:
+    """Everything measured, as plain JSON types."""
+    return {"task": c.task.name, "step": c.step, "seeds": c.seeds,
+            "reference_seed": c.seeds[c.reference], "success_threshold": c.success,
+            "n_successful": int(c.successful.sum()), "rule_positions": c.n_positions,
+            "rotation_is_symmetry": c.symmetric,
+            "recall_roles": None if c.spec is None else {
+                "marker": c.vocab[c.spec.marker], "wanted": [c.vocab[i] for i in c.spec.wanted],
+                "other": [c.vocab[i] for i in c.spec.other], "names": list(c.spec.names)},
+            "zone_targets": [c.vocab[i] for i in c.targets],
+            "numbers": numbers(c), "summary": summary(c), "per_seed": per_seed(c)}
+
+
+# --------------------------------------------------------------------------- for the figures
+
+@dataclass
+class AlignedLandscape:
+    """One seed's output argmax over a grid of the reference frame."""
+
+    xs: np.ndarray
+    ys: np.ndarray
+    argmax: np.ndarray
+
+    @property
+    def extent(self):
+        return (self.xs[0], self.xs[-1], self.ys[0], self.ys[-1])
+
+
+def panel_limits(c: Comparison, s: int, zones: bool = True) -> tuple:
+    """Square limits around seed s's aligned points (with `zones`, also its z points and the
+    circle its zone order is read along, when known)."""
+    extra = []
+    if zones and c.z_targets is not None:
+        r = c.zone_radius[s]
+        extra = [c.z_targets[s], c.zone_centre[s] + np.array([[-r, -r], [r, r]])]
+    return square_limits(c.points[s], *extra, pad=0.04)
+
+
+def aligned_landscapes(c: Comparison, resolution: int = 120) -> list[AlignedLandscape]:
+    """Each seed's argmax map over its own panel limits, in the reference frame."""
+    if c.cfg.d_model != 2:
+        return []
+    out = []
+    for s in range(len(c.seeds)):
+        limits = panel_limits(c, s)
+        xs = np.linspace(limits[0], limits[1], resolution)
+        ys = np.linspace(limits[2], limits[3], resolution)
+        pts = np.stack(np.meshgrid(xs, ys), -1)
+        out.append(AlignedLandscape(xs, ys, c.aligned_logits(s, pts).argmax(-1)))
+    return out
