@@ -1,7 +1,8 @@
 """Render scenes to MP4 and GIF files, frames split across processes.
 
-Every scene's arrays are computed before the worker processes start; the workers are forked, so
-they inherit those arrays (and the loaded checkpoints) without copying or serializing them. A
+Every scene's arrays are computed before the worker processes start (all but the landscape's
+grid, which each worker computes for its own frames); the workers are forked, so they inherit
+those arrays and the loaded checkpoints without copying or serializing them. A
 task is one contiguous range of one scene's frames: the worker builds that scene's figure,
 renders its frames and streams them to its own MP4 and GIF parts, which are joined in order at
 the end. Tasks and results are a few small numbers and paths; progress is a shared array of
@@ -58,6 +59,8 @@ def render(scenes: list, out_dir: Path, formats: list[str], fps: int = 20, worke
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     workers = max(1, workers)
+    if "fork" not in mp.get_all_start_methods():
+        workers = 1  # the workers inherit the computed scenes by forking (not on Windows)
     tasks, parts = [], {}
     for scene in scenes:
         for j, (lo, hi) in enumerate(split(len(scene), workers)):

@@ -55,11 +55,29 @@ class Geometry:
         """fn(frame index) -> array, for every frame, stacked on a leading frame axis."""
         return np.stack([fn(i) for i in range(len(self.ck))])
 
-    def plane_note(self, plane: C.Plane) -> str:
-        return "" if plane.is_identity else f" (PCA plane of step {self.ck.steps[-1]:,})"
+    @property
+    def projected(self) -> bool:
+        """Whether any space is drawn through a PCA plane (d_model > 2 or d_head > 2)."""
+        planes = [self.plane, self.token_plane, self.position_plane, self.qk_plane,
+                  *self.planes.values()]
+        return not all(p.is_identity for p in planes)
+
+    def plane_note(self) -> str:
+        """The footnote of frames drawn through PCA planes: which planes, fixed for the movie."""
+        if not self.projected:
+            return ""
+        return (f"points drawn in PCA planes of step {self.ck.steps[-1]:,} (the last checkpoint),"
+                f"\nthe same planes in every frame")
 
     def head_note(self) -> str:
         return f", head {self.head}" if self.ck.run.cfg.n_heads > 1 else ""
+
+    def formula(self, w: str) -> str:
+        """How block 0 makes its queries, keys or values from e, e.g. "q = LN(e) W_Q"."""
+        cfg = self.ck.run.cfg
+        source = "LN(e)" if cfg.normalization == "pre_ln" else "e"
+        bias = f" + b_{w.upper()}" if cfg.qkv_bias else ""
+        return f"{w} = {source} W_{w.upper()}{bias}"
 
 
 class Scene:
@@ -82,11 +100,18 @@ class Scene:
     def build(self) -> Frame:
         self.canvas = Frame(self.width, self.height, self.n_panels, self.ck.steps, self.ck.loss,
                             self.ck.rule_error, wspace=self.wspace)
+        if self.note():
+            self.canvas.fig.text(6 / self.width, 1 - 8 / self.height, self.note(),
+                                 fontsize=7, color="0.35", va="top", ha="left")
         self.draw(self.canvas.panels)
         return self.canvas
 
     def draw(self, panels):
         raise NotImplementedError
+
+    def note(self) -> str:
+        """A footnote in the frame's top-left corner, drawn once."""
+        return self.geo.plane_note()
 
     def update(self, i: int):
         if self.canvas is None:
@@ -125,7 +150,7 @@ class EmbeddingsMovie(Scene):
         planes = [g.token_plane, g.position_plane, g.plane]
         for ax, lim, title, plane in zip(panels, self.limits, titles, planes):
             xl, yl = plane.axis_labels()
-            square_panel(ax, lim, title + g.plane_note(plane), xl, yl)
+            square_panel(ax, lim, title, xl, yl)
         self.token_labels = labels(panels[0], g.vocab, g.colors, size=9)
         self.ladder, = panels[1].plot([], [], color="0.7", lw=1, zorder=1)
         self.position_labels = labels(panels[1], [f"p{t}" for t in range(g.T)], "0.2", size=9)
@@ -165,6 +190,13 @@ class LandscapeMovie(Scene):
         self.combined = geo.stack(lambda i: geo.emb[i].combined.reshape(-1, 2))
         self.values = geo.stack(lambda i: geo.proj[i].written[:, :, h].reshape(-1, 2))
         self.limits = C.square_limits(self.combined, self.values)
+
+    def note(self):
+        layers = self.ck.run.cfg.n_layers
+        if layers == 1:
+            return ""
+        return (f"the map is block {layers - 1}'s MLP + residual + unembedding;\n"
+                f"e and the values are block 0's")
 
     def frame(self, i):
         land = C.landscape(self.ck.models[i], self.limits, LANDSCAPE_RESOLUTION)
@@ -232,13 +264,13 @@ class QKVMovie(Scene):
         g = self.geo
         note = g.head_note()
         spec = [("e", "combined e = x + p", None, g.plane),
-                ("q", f"queries q = e W_Q{note}", style.QUERY_COLOR, g.planes["q"]),
-                ("k", f"keys k = e W_K{note}", style.KEY_COLOR, g.planes["k"]),
-                ("v", f"values v = e W_V{note}", style.VALUE_COLOR, g.planes["v"])]
+                ("q", f"queries {g.formula('q')}{note}", style.QUERY_COLOR, g.planes["q"]),
+                ("k", f"keys {g.formula('k')}{note}", style.KEY_COLOR, g.planes["k"]),
+                ("v", f"values {g.formula('v')}{note}", style.VALUE_COLOR, g.planes["v"])]
         self.labels, self.weights = {}, {}
         for ax, (w, title, color, plane) in zip(panels, spec):
             xl, yl = plane.axis_labels()
-            square_panel(ax, self.limits[w], title + g.plane_note(plane), xl, yl, color)
+            square_panel(ax, self.limits[w], title, xl, yl, color)
             self.labels[w] = labels(ax, g.point_texts, g.point_colors)
             self.canvas.animate(self.labels[w])
             if w != "e" and self.show_weights:
@@ -270,8 +302,7 @@ class QKSpace:
     def draw(self, ax, canvas: Frame):
         g = self.geo
         xl, yl = g.qk_plane.axis_labels()
-        square_panel(ax, self.limits, f"Q/K space{g.head_note()}"
-                     + g.plane_note(g.qk_plane), xl, yl)
+        square_panel(ax, self.limits, f"Q/K space{g.head_note()}", xl, yl)
         self.k_labels = labels(ax, g.point_texts, style.KEY_COLOR)
         self.q_labels = labels(ax, g.point_texts, style.QUERY_COLOR)
         canvas.animate(self.k_labels, self.q_labels)
