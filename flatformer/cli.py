@@ -199,11 +199,13 @@ def gradcheck(preset_name: str = typer.Option("paper-2d", "--preset", help="Mode
 def reproduce(task: str = typer.Option("plus-last-even", help="Task name."),
               preset_name: Optional[str] = typer.Option(None, "--preset", help="Preset [task's]."),
               out_dir: Path = typer.Option(Path("runs/reproduce"), "--out", help="Output folder."),
-              force: bool = typer.Option(False, help="Replace a different run in --out.")):
+              force: bool = typer.Option(False, help="Replace a different run in --out."),
+              sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model "
+                                                        "or recipe field, as for train.")):
     """The main job: train the paper's model, draw its figures and movies, write the explorer,
-    the analysis and DIR/report.html."""
+    the analysis and DIR/report.html. Re-running resumes the same run."""
     from .reproduce import reproduce as run_all
-    run_all(task, preset_name, out_dir, force, console)
+    run_all(task, preset_name, out_dir, force, console, list(sets or []))
 
 
 def load_commands():

@@ -116,7 +116,7 @@ def render(report: Report, folder: Path) -> str:
         parts.append("<h2>Figures</h2>")
         for path in report.figures:
             caption = CAPTIONS.get(path.stem, "").format(focus=focus)
-            parts.append(f'<figure id="{escape(path.stem, quote=True)}"><img loading="lazy" '
+            parts.append(f'<figure id="{escape(path.stem, quote=True)}"><img '
                          f'src="{_rel(path, folder)}" alt="{escape(path.stem, quote=True)}">'
                          f"<figcaption><b>{escape(path.stem)}</b>. {escape(caption)}"
                          f"</figcaption></figure>")

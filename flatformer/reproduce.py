@@ -37,7 +37,8 @@ def prepare_folder(out_dir: Path, wanted: dict, force: bool) -> bool:
     return False
 
 
-def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console: Console):
+def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console: Console,
+              sets: list[str] | None = None):
     from .cli import build_job, run_training
     from .commands.animate import write_movies
     from .commands.figures import draw_suite
@@ -50,7 +51,7 @@ def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console
 
     out_dir = Path(out_dir)
     run_dir = out_dir / "run"
-    job, _ = build_job(task, preset, "default", 0, None, run_dir, [])
+    job, _ = build_job(task, preset, "default", 0, None, run_dir, sets or [])
     resume = prepare_folder(out_dir, job.run_config(0), force)
     times: list[tuple[str, float]] = []
 

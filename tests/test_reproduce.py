@@ -1,0 +1,81 @@
+"""The main job end to end, and its report in a real browser."""
+
+import subprocess
+import sys
+
+import pytest
+
+from browser import close, close_shared_browser, open_page, shared_browser
+
+READY = ("() => document.documentElement.dataset.ready === 'true' || "
+         "!!document.querySelector('.banner.fail')")
+
+
+def reproduce(out, *extra):
+    return subprocess.run([sys.executable, "-m", "flatformer", "reproduce", "--out", str(out),
+                           "--set", "steps=2000", *extra], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce") / "out"
+    result = reproduce(out)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out, result
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    yield shared_browser()
+    close_shared_browser()
+
+
+def test_every_stage_shows_progress_and_writes_its_part(made):
+    out, result = made
+    for i, stage in enumerate(["train", "figures", "movies", "explorer", "analysis", "report"]):
+        assert f"{i + 1}/6 {stage}" in result.stdout + result.stderr
+    run = out / "run"
+    assert len(list((run / "figures").glob("step_002000/*.png"))) == 21
+    assert len(list((run / "movies").glob("*.mp4"))) == 5
+    assert len(list((run / "movies").glob("*.gif"))) == 5
+    assert (run / "explorer.html").exists() and (out / "analysis.json").exists()
+
+
+def test_the_report_loads_every_image_and_movie_offline(made, chromium):
+    out, _ = made
+    report = out / "report.html"
+    watched = open_page(chromium)
+    page = watched.page
+    failed = []
+    # A video with preload="metadata" cancels its request once it has the metadata: Chromium
+    # reports that as net::ERR_ABORTED, which is no failure (the videos are checked below).
+    page.on("requestfailed", lambda r: failed.append(r.url) if r.failure != "net::ERR_ABORTED"
+            or not r.url.endswith(".mp4") else None)
+    page.goto(report.as_uri())
+    page.wait_for_load_state("load")
+    images = page.eval_on_selector_all("img", "els => els.map(e => [e.src, e.naturalWidth])")
+    assert len(images) == 21 and all(width > 0 for _, width in images), images
+    page.eval_on_selector_all("video", "els => els.forEach(e => e.load())")
+    page.wait_for_function("() => [...document.querySelectorAll('video')].every("
+                           "v => v.readyState >= 1 && v.videoWidth > 0)", timeout=20000)
+    assert page.eval_on_selector_all("video", "els => els.length") == 5
+    rows = page.eval_on_selector_all("table td", "els => els.map(e => e.textContent)")
+    assert "retrieve" in " ".join(rows) and "total" in rows
+    assert failed == []   # before leaving: navigation aborts the videos' pending range requests
+    with page.expect_navigation():
+        page.click("#explorer-link")
+    page.wait_for_function(READY)
+    assert page.evaluate("explorer.selfCheck")["ok"]
+    assert watched.errors == []
+    assert all(url.startswith("file://") for url in watched.requests)
+    close(watched)
+
+
+def test_rerunning_resumes_the_same_run_and_refuses_a_different_one(made):
+    out, _ = made
+    again = reproduce(out)
+    assert again.returncode == 0, again.stderr[-2000:]
+    other = reproduce(out, "--preset", "paper-2d-2layer")
+    assert other.returncode == 2
+    lines = [line for line in other.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--force" in lines[0] and "Traceback" not in other.stderr
