@@ -15,6 +15,7 @@ from flatformer.config import preset
 from flatformer.explorer import render_html
 from flatformer.explorer.export import export_run, pack, unpack
 from flatformer.explorer.page import page_html
+from conftest import CONFIGS
 from flatformer.model import hook_names, init_params
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
@@ -45,9 +46,9 @@ def page_of(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def visit(chromium, path, fragment=""):
+def visit(chromium, path, fragment="", ready=READY):
     """The page at file `path` (plus a URL fragment), checked for quiet offline behaviour."""
-    watched = open_page(chromium, path.as_uri() + fragment, READY)
+    watched = open_page(chromium, path.as_uri() + fragment, ready)
     try:
         yield watched.page
         assert watched.errors == []
@@ -131,6 +132,51 @@ def test_self_check_passes_and_every_panel_shows_its_hooks(chromium, page_of, re
         assert top == expected
 
 
+# Every activation of the page's forward pass, as the page's cache holds it (TransformerLens
+# shapes without the batch axis), against the engine, for every configuration the tests know,
+# with random weights and LayerNorm gains and biases moved off 1 and 0.
+FORWARD = """([cfg, flat, tokens, knobs]) => {
+  const model = {cfg, w: FlatModel.unpack(cfg, new Float64Array(flat))};
+  const {logits, cache} = FlatModel.forward(model, tokens, knobs);
+  return {logits, cache};
+}"""
+
+
+def random_tensors(cfg, rng):
+    tensors = init_params(cfg, [rng]).seed(0)
+    for key in tensors:
+        if ".ln" in key or key.endswith("b_U") or ".b_" in key:
+            tensors[key] = tensors[key] + 0.3 * rng.standard_normal(tensors[key].shape)
+    return tensors
+
+
+def test_the_js_forward_pass_equals_the_engine_everywhere(chromium, paper_run, page_of):
+    rng = np.random.default_rng(7)
+    with visit(chromium, page_of(load_run(paper_run).path)) as page:
+        for name, cfg in CONFIGS.items():
+            tensors = random_tensors(cfg, rng)
+            model = Transformer(cfg, tensors)
+            flat = np.concatenate([tensors[k].ravel() for k in cfg.param_shapes()]).tolist()
+            last = cfg.n_layers - 1
+            scale = {f"blocks.{l}.attn.hook_attn_scores":
+                     (lambda x, n: np.where(np.isfinite(x), 1.7 * x, x)) for l in range(cfg.n_layers)}
+            knob_sets = [({}, {}),
+                         ({"headsOff": [f"{last}.0"], "mlpOff": [0], "beta": 1.7, "posOff": True},
+                          {f"blocks.{last}.attn.hook_z": zero_head(0), "hook_pos_embed": lambda x, n: 0 * x,
+                           "blocks.0.hook_mlp_out": lambda x, n: 0 * x, **scale})]
+            for T in (cfg.n_ctx, 3):
+                tokens = rng.integers(0, cfg.d_vocab, T).tolist()
+                for js_knobs, hooks in knob_sets:
+                    got = page.evaluate(FORWARD, [cfg.to_dict(), flat, tokens, js_knobs])
+                    logits, cache = model.run_with_cache(tokens, hooks=hooks)
+                    np.testing.assert_allclose(got["logits"], logits[0], atol=1e-10, rtol=0,
+                                               err_msg=name)
+                    for hook in hook_names(cfg):
+                        np.testing.assert_allclose(np.array(got["cache"][hook], dtype=float),
+                                                   cache[hook][0], atol=1e-10, rtol=0,
+                                                   err_msg=f"{name} {hook} {js_knobs}")
+
+
 def test_a_failed_self_check_is_a_red_banner(chromium, paper_run, tmp_path):
     data = export_run(paper_run, max_checkpoints=2)
     logits = unpack(data["reference"]["logits"]).copy()
@@ -158,10 +204,15 @@ def test_a_clicked_attention_cell_shows_the_python_cache(chromium, page_of, requ
         canvas.click(position={"x": k * pitch + pitch / 2, "y": q * pitch + pitch / 2})
         page.wait_for_function("() => location.hash.includes('cell=')")
         assert state(page)["cell"] == {"l": 0, "h": head, "q": q, "k": k}
+        qk = page.evaluate("explorer.geometry().qk")     # the Q/K plane follows the query
+        assert (qk["head"], qk["query"]) == (head, q)
+        assert qk["masked"] == [j > q for j in range(len(qk["keys"]))]
         assert f"cell=0.{head}.{q}.{k}" in page.evaluate("location.hash")
         shown = dict(page.eval_on_selector_all(
             "#arith-0 [data-key]", "els => els.map(e => [e.dataset.key, +e.dataset.value])"))
         tokens = state(page)["seq"]
+        canvas.press("ArrowLeft")                     # the keyboard walks the map too
+        assert state(page)["cell"] == {"l": 0, "h": head, "q": q, "k": k - 1}
     _, cache = run.model().run_with_cache(tokens)
     qv = cache["blocks.0.attn.hook_q"][0, q, head]
     kv = cache["blocks.0.attn.hook_k"][0, k, head]
@@ -263,14 +314,25 @@ def test_the_seeded_sampler_repeats_and_matches_a_python_oracle(chromium, page_o
             page.fill("#seed", "12346")
             page.press("#seed", "Enter")
             other = page.eval_on_selector_all("#draws tbody tr", read)
+            page.uncheck("#head-0-0")                # generation uses the changed model
+            ablated = page.eval_on_selector_all("#draws tbody tr", read)
+            page.evaluate("explorer.set({temp: 0.01})")  # near-greedy: no overflow, no NaN
+            greedy = page.eval_on_selector_all("#draws tbody tr", read)
+            entropy = float(page.get_attribute("#entropy", "data-value"))
     assert len(draws[0]) == 10 and draws[0] == draws[1]
     assert [u for u, _ in other] != [u for u, _ in draws[0]]
-    model, rng, seq = run.model(), mulberry32(12345), list(prompt)
-    for u, token in draws[0]:
-        assert u == next(rng)
-        logits = model(seq[-run.cfg.n_ctx:])[0, -1]
-        assert token == sample(logits, u, 1.7, 0, 0.95)
-        seq.append(token)
+    model = run.model()
+    hooks = {"blocks.0.attn.hook_z": zero_head(0)}
+    for shown, seed, temperature, knobs in ((draws[0], 12345, 1.7, None),
+                                            (ablated, 12346, 1.7, hooks),
+                                            (greedy, 12346, 0.01, hooks)):
+        rng, seq = mulberry32(seed), list(prompt)
+        for u, token in shown:
+            assert u == next(rng)
+            logits = model(seq[-run.cfg.n_ctx:], hooks=knobs)[0, -1]
+            assert token == sample(logits, u, temperature, 0, 0.95)
+            seq.append(token)
+    assert math.isfinite(entropy) and entropy >= 0
 
 
 def test_vocabulary_markup_shows_as_text_and_runs_nothing(chromium, tmp_path):
@@ -345,3 +407,16 @@ def test_sequence_editing_refuses_bad_tokens_and_links_reproduce_the_view(chromi
         assert state(page) == shared
         assert page.get_attribute("#kl", "data-value") == kl_value
         assert page.get_attribute("#generated", "data-tokens") == tokens
+
+
+def test_the_page_works_inside_a_sandboxed_iframe(chromium, paper_run, tmp_path):
+    """What a notebook's _repr_html_ shows: the page as <iframe srcdoc>, scripts only."""
+    path = tmp_path / "notebook.html"
+    path.write_text("<!DOCTYPE html><title>notebook</title>"
+                    + render_html(paper_run, inline=True, max_checkpoints=3), encoding="utf-8")
+    with visit(chromium, path, ready=None) as page:
+        frame = page.frame_locator("iframe")
+        frame.locator("#selfcheck.ok").wait_for()
+        assert "passed" in frame.locator("#selfcheck").text_content()
+        frame.locator("#head-0-0").uncheck()       # knobs work; the hash cannot be written
+        assert float(frame.locator("#kl").get_attribute("data-value")) > 0

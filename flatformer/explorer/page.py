@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).parent
-SCRIPTS = ("model.js", "views.js", "page.js")
+SCRIPTS = ("model.js", "views.js", "geometry.js", "page.js")
 
 
 def _read(name: str) -> str:

@@ -92,6 +92,8 @@ const Views = (() => {
     return [f(0), f(8), f(4)].map((v) => Math.round(v * 255));
   }
 
+  const tokenCss = (v, a = 1) => { const c = tokenColour(v); return `rgba(${c[0]},${c[1]},${c[2]},${a})`; };
+
   // ---- tooltip: one for the page ----
   let tip = null;
   function tooltip() {
@@ -182,6 +184,19 @@ const Views = (() => {
         const at = this.cellAt(e);
         if (at && this.opts.onClick && !this.isMasked(at[0], at[1])) this.opts.onClick(at[0], at[1]);
       });
+      if (opts.onClick) {
+        // Keyboard: focus the map (Tab), then the arrow keys walk the selection cell by cell.
+        this.canvas.tabIndex = 0;
+        this.canvas.addEventListener("keydown", (e) => {
+          const move = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1]}[e.key];
+          if (!move || !this.M) return;
+          e.preventDefault();
+          const [i0, j0] = this.selected || [this.M.length - 1, 0];
+          const i = Math.max(0, Math.min(this.M.length - 1, i0 + move[0]));
+          const j = Math.max(0, Math.min(this.M[0].length - 1, j0 + move[1]));
+          if (!this.isMasked(i, j)) this.opts.onClick(i, j);
+        });
+      }
     }
 
     cellAt(event) {
@@ -204,7 +219,7 @@ const Views = (() => {
 
     // M: [rows][cols] numbers (-Infinity draws as masked); rows/cols: labels.
     update(M, rows, cols, {limit, shape, axes, selected, dim} = {}) {
-      this.M = M; this.rows = rows; this.cols = cols;
+      this.M = M; this.rows = rows; this.cols = cols; this.selected = selected;
       const key = rows.map(labelKey).join("\u0000") + "\u0001" + cols.map(labelKey).join("\u0000");
       if (key !== this.key) this.build(rows, cols);
       this.key = key;
@@ -514,6 +529,6 @@ const Views = (() => {
     ctx.fillText(`${x1}`, right, hgt - 2);
   }
 
-  return {h, append, clear, fmt, short, subscript, labelText, toCanvas, DIVERGING_LUT, SEQUENTIAL_LUT, diverging, sequential, css, inkOn, tokenColour,
+  return {h, append, clear, fmt, short, subscript, labelText, toCanvas, DIVERGING_LUT, SEQUENTIAL_LUT, diverging, sequential, css, inkOn, tokenColour, tokenCss,
           showTip, hideTip, figure, Heatmap, Plane, lineChart, divergingRamp, sequentialRamp};
 })();
