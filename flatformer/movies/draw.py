@@ -14,18 +14,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import numpy as np  # noqa: E402
-from matplotlib.collections import PathCollection  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.font_manager import FontProperties  # noqa: E402
-from matplotlib.patches import PathPatch  # noqa: E402
-from matplotlib.path import Path  # noqa: E402
-from matplotlib.textpath import TextPath, text_to_path  # noqa: E402
-from matplotlib.transforms import Affine2D, ScaledTranslation  # noqa: E402
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PathCollection
+from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.patches import PathPatch
+from matplotlib.path import Path
+from matplotlib.textpath import TextPath, text_to_path
+from matplotlib.ticker import PercentFormatter
+from matplotlib.transforms import Affine2D, ScaledTranslation
 
 DPI = 100
 CAPTION_SIZE = 11
@@ -107,8 +105,8 @@ class Frame:
                  strip: float = 0.17, wspace: float = 0.22):
         if width % 16 or height % 16:
             raise ValueError("frame sizes must be multiples of 16 pixels")
+        # A bare Figure on an Agg canvas: pyplot (and the user's backend) is never touched.
         self.fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, facecolor="white")
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
         FigureCanvasAgg(self.fig)
         # Margins in pixels: room for tick labels on the left, the rule-error axis and colour
         # bars on the right, the caption and panel titles on top.
@@ -145,7 +143,7 @@ class Frame:
         twin.set_ylim(-0.03, 1.03)
         twin.set_ylabel("rule error", fontsize=8, color=WRONG_COLOR)
         twin.tick_params(labelsize=7, colors=WRONG_COLOR)
-        twin.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0, decimals=0))
+        twin.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
         self.cursor = ax.axvline(steps[0], color="0.5", lw=1)
         self.loss_dot, = ax.plot([], [], "o", color="0.25", ms=4)
         self.rule_dot, = twin.plot([], [], "o", color=WRONG_COLOR, ms=4)

@@ -74,9 +74,3 @@ def caption(ck: Checkpoints, i: int) -> str:
         parts.append(f"rule error {ck.rule_error[i]:.1%}")
     return "   ".join(parts)
 
-
-def fixed_limits(points: np.ndarray, pad: float = 0.08) -> tuple[float, float, float, float]:
-    """Square limits covering `points` (F, ..., 2) over every frame, so the axes never rescale
-    and what moves on screen is the points themselves."""
-    from ..figures.compute import square_limits
-    return square_limits(points, pad=pad)

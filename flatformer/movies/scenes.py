@@ -13,6 +13,7 @@ same thing in every frame. The output landscape exists only when d_model == 2.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from ..figures import compute as C
