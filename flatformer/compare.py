@@ -237,15 +237,16 @@ class Comparison:
 
 
 def _weights_recency(q, k, spec: RecallSpec, head: np.ndarray) -> np.ndarray:
-    """Per seed, the fraction of steps s -> s + 1 <= t along which a wanted key's score with the
-    marker's query at t rises (q (S, V, T, H, dh), k likewise; `head` (S,) the head read)."""
+    """Per seed, the fraction of steps u -> u + 1 < t along which a wanted key's score with the
+    marker's query at t rises (q (S, V, T, H, dh), k likewise; `head` (S,) the head read). Keys
+    stop before t: position t holds the marker itself."""
     seeds = np.arange(len(q))
     qm = q[seeds, spec.marker, :, head]                                     # (S, T, dh)
     kw = k[seeds, :, :, head][:, spec.wanted]                               # (S, W, T, dh)
     scores = np.einsum("std,swud->stwu", qm, kw)                            # (S, t, W, u)
     T = q.shape[2]
     rises = np.diff(scores, axis=-1) > 0                                    # step u -> u + 1
-    visible = (np.arange(1, T)[None, :] <= np.arange(T)[:, None])           # (t, u + 1 <= t)
+    visible = np.arange(1, T)[None, :] < np.arange(T)[:, None]              # (t, u + 1 < t)
     counted = np.broadcast_to(visible[:, None, :], rises.shape[1:])
     return (rises & counted).sum((1, 2, 3)) / max(int(counted.sum()), 1)
 
@@ -331,9 +332,12 @@ def compare_models(cfg: ModelConfig, task, tensors: list[dict], data: TaskData,
     H, dh = cfg.n_heads, cfg.d_head
     S_qk, qk_residual = np.zeros((S, H, dh, dh)), np.zeros((S, H))
     for h in range(H):
-        joint = np.concatenate([q[..., h, :].reshape(S, -1, dh), k[..., h, :].reshape(S, -1, dh)], 1)
+        joint = np.concatenate([q[..., h, :].reshape(S, -1, dh),
+                                k[..., h, :].reshape(S, -1, dh)], 1)
         S_qk[:, h], qk_residual[:, h] = procrustes(joint, joint[ref])
-    align_qk = lambda a: np.einsum("svthi,shij->svthj", a, S_qk)           # noqa: E731
+
+    def align_qk(a):
+        return np.einsum("svthi,shij->svthj", a, S_qk)
 
     measures: dict[str, np.ndarray] = {
         "rule_error": rule_error, "residual": residual,

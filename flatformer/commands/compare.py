@@ -98,9 +98,9 @@ def compare(
 ):
     """Align every seed's geometry to a reference seed and report which structures hold in every
     seed that learned the task (necessary) and which vary."""
-    from ..compare import aligned_landscapes, compare_runs, numbers, summary, to_json
     if not 0 <= success <= 1:
         raise FlatformerError(f"--success is a rule error between 0 and 1, got {success}")
+    from ..compare import aligned_landscapes, compare_runs, numbers, summary, to_json
     started = time.perf_counter()
     c = compare_runs(run, step, reference, success)
     report = to_json(c)
