@@ -13,7 +13,8 @@ engine computed. The pieces:
 - `trace`: every activation of one sequence, per block.
 - `output_logits`, `landscape`: the last block's output network (MLP + residual + unembedding)
   as a map from the residual stream to next-token probabilities, and that map over a 2-D grid.
-- `generate`, `rule_status`: sampled sequences and which positions obey the task's rule.
+- `generate`, `rule_status`, `next_allowed`: sampled sequences and what the task's rule
+  allows at each position.
 """
 
 from __future__ import annotations
@@ -387,15 +388,23 @@ def landscape(model: Transformer, limits, resolution: int = 200) -> Landscape:
 
 # --------------------------------------------------------------------------- sequences and rules
 
-def rule_status(task: Task, seq: np.ndarray, n_ctx: int, predicted: np.ndarray | None = None):
-    """Per position: -1 unconstrained (or its source lies beyond the context window), 1 when the
-    token (or `predicted`, the model's choice there) is the rule's target, 0 when it is not."""
+def rule_status(task: Task, seq: np.ndarray, n_ctx: int) -> np.ndarray:
+    """Per position of `seq`: 1 when its token is one the task's rule allows there, 0 when the
+    rule forbids it, -1 when the rule is silent or what decides it lies beyond the `n_ctx`
+    tokens a model predicting that position could see."""
     seq = np.asarray(seq)
-    target, source = task.rule(seq)
-    shown = seq if predicted is None else np.asarray(predicted)
+    mask, source = task.allowed(seq)
     idx = np.arange(len(seq))
-    counted = (target >= 0) & (source >= idx - n_ctx)
-    return np.where(counted, (shown == target).astype(int), -1)
+    counted = (source >= 0) & (source >= idx - n_ctx)
+    return np.where(counted, mask[idx, seq].astype(int), -1)
+
+
+def next_allowed(task: Task, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the token after each position of `tokens`: the tokens the rule allows (T, V) and
+    whether the rule decides it at all (T,). The rule is asked about the sequence extended by
+    one (arbitrary) token."""
+    mask, source = task.allowed(np.append(np.asarray(tokens), 0))
+    return mask[1:], source[1:] >= 0
 
 
 def generate(model: Transformer, prompts: np.ndarray, length: int, seed: int = 0,

@@ -42,8 +42,13 @@ class FigureContext:
         return self.model.check_tokens(tokens)[0]
 
     @cached_property
+    def split(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The task's (training, held-out) sequences for the run's data seed."""
+        return self.task.split(self.run.config.get("data_seed", 0))
+
+    @property
     def held_out(self) -> list[np.ndarray]:
-        return self.task.split(self.run.config.get("data_seed", 0))[1]
+        return self.split[1]
 
     @cached_property
     def colors(self) -> list[str]:
@@ -90,11 +95,12 @@ class FigureContext:
 
     @cached_property
     def rule_windows(self):
-        """Held-out windows ending just before a rule-constrained position: (inputs (R, T),
-        index (R,) of the prediction in each window, targets (R,))."""
-        from ..data import TaskData
-        data = TaskData.build(self.task, self.cfg.n_ctx, self.run.config.get("data_seed", 0))
-        return data.rule_inputs, data.rule_index, data.rule_targets
+        """Held-out windows ending just before a rule-constrained position, as the rule error
+        counts them: (inputs (R, T), index (R,) of the prediction in each window, forced target
+        (R,) or -1 where several tokens are allowed, allowed tokens (R, V))."""
+        from ..data import Corpus
+        held = Corpus.from_sequences(self.task, self.held_out, with_allowed=True)
+        return held.rule_windows(self.cfg.n_ctx)
 
     def block_note(self, layer: int = 0) -> str:
         """A remark naming the block (and head) shown, for models with more than one."""

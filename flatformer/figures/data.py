@@ -72,10 +72,12 @@ def status_legend(ax, with_wrong: bool, with_prompt: bool = False):
 def compute_training_data(ctx: FigureContext, n: int = 6, width: int = 32) -> SequenceRows:
     """The first `n` training sequences (first `width` tokens), each position marked by whether
     the task's rule constrains it."""
-    train, _ = ctx.task.split(ctx.run.config.get("data_seed", 0))
+    train, _ = ctx.split
     seqs = [s[:width] for s in train[:n]]
     status = [C.rule_status(ctx.task, s, n_ctx=len(s) + 1) for s in seqs]
-    return SequenceRows(f"Training sequences of {ctx.task.name}",
+    seed = ctx.run.config.get("data_seed", 0)
+    return SequenceRows(f"The first {n} training sequences of {ctx.task.name} (data seed {seed}, "
+                        f"first {width} tokens)",
                         [[ctx.vocab[t] for t in s] for s in seqs], status, ctx.task.focus)
 
 
@@ -85,6 +87,7 @@ def draw_training_data(rows: SequenceRows, fig=None):
     ax = fig.add_subplot()
     rows_panel(ax, rows)
     status_legend(ax, with_wrong=False)
+    fig.suptitle("Training data", fontsize=8)
     return fig
 
 
@@ -134,8 +137,14 @@ def draw_learning_curve(curve: LearningCurve, fig=None):
     return fig
 
 
+@dataclass
+class Generated:
+    panels: list[SequenceRows]  # one per model: the first checkpoint, then the drawn one
+    title: str
+
+
 def compute_generated_sequences(ctx: FigureContext, n: int = 5, prompt: int = 4,
-                                length: int = 32) -> list[SequenceRows]:
+                                length: int = 32) -> Generated:
     """Sequences sampled from the untrained (first checkpoint) and the drawn model, from the same
     prompts (the starts of held-out sequences) and the same random draws."""
     prompts = np.array([s[:prompt] for s in ctx.held_out[:n]])
@@ -152,15 +161,18 @@ def compute_generated_sequences(ctx: FigureContext, n: int = 5, prompt: int = 4,
         panels.append(SequenceRows(f"Sampled by the model at step {step}",
                                    [[ctx.vocab[t] for t in s] for s in seqs], status,
                                    ctx.task.focus, summary))
-    return panels
+    return Generated(panels, ctx.title)
 
 
 @styled
-def draw_generated_sequences(panels: list[SequenceRows], fig=None):
+def draw_generated_sequences(data: Generated, fig=None):
+    panels = data.panels
     n = len(panels[0].tokens)
     fig = new_figure(style.PAGE_WIDTH, 2 * (0.3 * n + 0.45) + 0.2, fig)
     axes = fig.subplots(len(panels), 1)
     for ax, rows in zip(np.atleast_1d(axes), panels):
         rows_panel(ax, rows)
     status_legend(np.atleast_1d(axes)[0], with_wrong=True, with_prompt=True)
+    fig.suptitle(f"Sequences sampled before and after training (same prompts, same random "
+                 f"draws): {data.title}", fontsize=8)
     return fig

@@ -233,8 +233,7 @@ def draw_qkv_dimensions(data: QKVDimensions, fig=None):
         for ax, values, axis in zip(row, data.values[name], data.axis_names[name]):
             T = values.shape[1]
             image = heatmap(ax, values, rows=data.vocab, cols=[str(t) for t in range(T)],
-                            vmin=-vmax, vmax=vmax, annotate=len(data.vocab) <= 12,
-                            fmt="{:.1f}", fontsize=4.6)
+                            vmin=-vmax, vmax=vmax, annotate=False)
             ax.set_title(f"{name}, {axis or 'dim 1'}", color=SPACE_COLORS[name])
             ax.set_xlabel("position", labelpad=1)
         colorbar(fig, image, list(row))

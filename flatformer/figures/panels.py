@@ -40,7 +40,7 @@ def styled(draw):
 def new_figure(width: float, height: float, fig: Figure | None = None) -> Figure:
     """A constrained-layout figure (or `fig`, when the caller supplies one to draw into)."""
     if fig is None:
-        fig = Figure(figsize=(width, height), layout="constrained")
+        fig = Figure(figsize=(width, height), dpi=style.DPI, layout="constrained")
         FigureCanvasAgg(fig)
     return fig
 

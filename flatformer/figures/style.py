@@ -92,14 +92,16 @@ def queue_labels(ax, xy, keys, colors, fontsize: float = 6.0, merge_px: float = 
 
 
 def finish(fig):
-    """Lay the figure out, place its queued labels without overprinting, and return it."""
+    """Lay the figure out once, place its queued labels without overprinting, then freeze the
+    layout (saving would otherwise run the constrained layout again) and return the figure."""
+    fig.draw_without_rendering()
     jobs = getattr(fig, "_flatformer_labels", [])
     if jobs:
-        fig.draw_without_rendering()
         renderer = fig.canvas.get_renderer()
         for job in jobs:
             _place(renderer, *job)
         fig._flatformer_labels = []
+    fig.set_layout_engine("none")
     return fig
 
 
@@ -160,7 +162,7 @@ def _place(renderer, ax, xy, keys, colors, fontsize, merge_px):
         w, h, _ = renderer.get_text_width_height_descent(text, font, ismath=False)
         w, h = w + 2, h + 2
         best, best_cost = None, np.inf
-        for ring in range(1, 12):
+        for ring in range(1, 21):
             r = ring * step
             cx = anchor[0] + np.cos(angles) * (r + w / 2)
             cy = anchor[1] + np.sin(angles) * (r + h / 2)

@@ -291,22 +291,16 @@ class TraceNudge:
     start: np.ndarray           # (T, 2) e (the last block's input)
     end: np.ndarray             # (T, 2) z = e + Attn(e)
     focus_positions: np.ndarray  # positions holding the focus token
-    targets: np.ndarray         # (T,) the rule's target for the next token, -1 if none
+    allowed: np.ndarray         # (T, V) tokens the rule allows next
+    decided: np.ndarray         # (T,) whether the rule constrains the next token at all
     landed: np.ndarray          # (T,) argmax of the output network at z (the model's guess)
     note: str
     title: str
 
 
-def next_targets(task, tokens: np.ndarray) -> np.ndarray:
-    """The rule's target for the token after each position (-1 where the rule is silent): the
-    rule is asked about the sequence extended by one (arbitrary) token."""
-    target, _ = task.rule(np.append(tokens, 0))
-    return target[1:]
-
-
 def compute_trace_nudge(ctx: FigureContext) -> TraceNudge:
     """Where each position starts (e) and ends (z = e + Attn(e)) on the output landscape, the
-    zone it lands in, and the rule's target there."""
+    zone it lands in, and what the rule allows next."""
     land = ctx.landscape                            # raises NotInPlane unless d_model == 2
     last = ctx.trace.blocks[-1]
     plane = ctx.embeddings.plane
@@ -315,7 +309,7 @@ def compute_trace_nudge(ctx: FigureContext) -> TraceNudge:
     from .landscape import landscape_note
     return TraceNudge(ctx.vocab, ctx.colors, seq_keys(ctx), land, plane, ctx.limits,
                       plane.project(last.resid_pre), plane.project(last.resid_mid), focus,
-                      next_targets(ctx.task, ctx.trace.tokens), landed, landscape_note(ctx),
+                      *C.next_allowed(ctx.task, ctx.trace.tokens), landed, landscape_note(ctx),
                       sequence_title(ctx))
 
 
@@ -342,14 +336,16 @@ def draw_trace_nudge(data: TraceNudge, fig=None):
     plane_axes(ax, data.limits, data.plane)
     ax.set_title("e (dot) moved by attention to z = e + Attn(e) (diamond), over the argmax "
                  "map", fontsize=7)
-    lines = ["position: lands in", "(target of the rule)", ""]
+    lines = ["position: lands in", "(what the rule allows)", ""]
     for i in range(T):
         name = style.point_text(*data.keys[i])
         got = data.vocab[data.landed[i]]
-        if data.targets[i] >= 0:
-            want = data.vocab[data.targets[i]]
-            mark = "✓" if data.landed[i] == data.targets[i] else "✗"
-            lines.append(f"{name}: {got}  (target {want}) {mark}")
+        if data.decided[i]:
+            allowed = [data.vocab[t] for t in np.flatnonzero(data.allowed[i])]
+            want = " ".join(allowed[:4]) + (" ..." if len(allowed) > 4 else "")
+            mark = "✓" if data.allowed[i, data.landed[i]] else "✗"
+            word = "target" if len(allowed) == 1 else "allowed"
+            lines.append(f"{name}: {got}  ({word} {want}) {mark}")
         else:
             lines.append(f"{name}: {got}")
     ax_text.axis("off")
@@ -374,7 +370,7 @@ class AttentionMatrices:
 def example_sequences(ctx: FigureContext, n: int = 2) -> list[np.ndarray]:
     """Full-context held-out windows whose last position is one the rule constrains (the model's
     hardest kind of prediction), distinct from each other."""
-    inputs, index, _ = ctx.rule_windows
+    inputs, index = ctx.rule_windows[:2]
     picked, seen = [], set()
     for window, i in zip(inputs, index):
         if i == len(window) - 1 and tuple(window) not in seen:
@@ -433,8 +429,8 @@ class ValueArrows:
     start: np.ndarray           # (R, 2) e at the predicting position
     moved: np.ndarray           # (R, 2) Attn(e) there
     end: np.ndarray             # (R, 2) z = e + Attn(e)
-    targets: np.ndarray         # (R,) rule target
-    correct: np.ndarray         # (R,) bool: the model's top prediction is the target
+    targets: np.ndarray         # (R,) the rule's forced target, -1 where several are allowed
+    correct: np.ndarray         # (R,) bool: the model's top prediction is allowed
     land: C.Landscape | None
     plane: C.Plane
     limits: tuple
@@ -445,14 +441,14 @@ class ValueArrows:
 def compute_value_arrows(ctx: FigureContext, n: int = 160) -> ValueArrows:
     """At `n` held-out predictions the rule constrains: the residual before the last block's
     attention, what attention adds, the sum, and whether the model's guess is right."""
-    inputs, index, targets = (a[:n] for a in ctx.rule_windows)
+    inputs, index, targets, allowed = (a[:n] for a in ctx.rule_windows)
     logits, cache = ctx.model.run_with_cache(inputs)
     b = f"blocks.{ctx.cfg.n_layers - 1}."
     rows = np.arange(len(inputs))
     e = cache[b + "hook_resid_pre"][rows, index]
     moved = cache[b + "hook_attn_out"][rows, index]
     z = cache[b + "hook_resid_mid"][rows, index]
-    correct = logits[rows, index].argmax(-1) == targets
+    correct = allowed[rows, logits[rows, index].argmax(-1)]
     if ctx.cfg.d_model == 2:
         plane = ctx.embeddings.plane
         limits = C.square_limits(plane.project(e), plane.project(z))
@@ -471,7 +467,7 @@ def compute_value_arrows(ctx: FigureContext, n: int = 160) -> ValueArrows:
 def draw_value_arrows(data: ValueArrows, fig=None):
     fig = new_figure(style.PAGE_WIDTH, 2.75, fig)
     axes = fig.subplots(1, 3)
-    colors = [data.colors[t] for t in data.targets]
+    colors = [data.colors[t] if t >= 0 else style.MASKED_COLOR for t in data.targets]
     ax = axes[0]
     ax.scatter(*data.start.T, c=colors, s=8, edgecolors="none", zorder=3)
     ax.set_title("(a) original: e at the prediction")
