@@ -139,8 +139,12 @@
     const kl = run.logits.map((lg, i) => M.kl(lg, base.logits[i]));      // KL(changed || original)
     let cell = state.cell;
     if (!cell) {
-      const A = run.cache["blocks.0.attn.hook_pattern"][0][T - 1];
-      cell = {l: 0, h: 0, q: T - 1, k: A.indexOf(Math.max(...A))};
+      // By default: the task's focus token (e.g. "+") where it last occurs, else the last
+      // position, and the key it attends to most.
+      const focus = DATA.focus === null ? -1 : seq.lastIndexOf(DATA.focus);
+      const q = focus >= 0 ? focus : T - 1;
+      const A = run.cache["blocks.0.attn.hook_pattern"][0][q];
+      cell = {l: 0, h: 0, q, k: A.indexOf(Math.max(...A))};
     }
     return {model, seq, T, run, base, kl, cell};
   }
