@@ -8,6 +8,7 @@ returns a matplotlib Figure; nothing is saved here (the `compare` command saves)
 from __future__ import annotations
 
 import math
+import textwrap
 from collections import Counter
 
 import numpy as np
@@ -16,18 +17,27 @@ from matplotlib.patches import Circle, Patch
 
 from .compare import ORDERS, STRUCTURES, AlignedLandscape, Comparison, panel_limits, structure_label
 from .figures import style
+from .figures.compute import fit_plane, square_limits
 from .figures.panels import footnote, new_figure, plane_axes, styled
 
 
-def _grid(c: Comparison, fig, height_per_row: float = 0.95):
+def _grid(c: Comparison, fig):
+    """Square-ish grid of one small panel per seed (a page wide for many seeds, narrower for
+    a few, so a handful of panels do not drift apart)."""
     S = len(c.seeds)
     ncols = max(1, math.ceil(math.sqrt(S)))
     nrows = math.ceil(S / ncols)
-    fig = new_figure(style.PAGE_WIDTH, height_per_row * nrows + 0.7, fig)
+    panel = min(style.PAGE_WIDTH / ncols, 1.6)
+    fig = new_figure(max(panel * ncols, 4.2), panel * nrows * 1.08 + 0.8, fig)
     axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
     for ax in axes[S:]:
         ax.axis("off")
     return fig, axes[:S]
+
+
+def _note(fig, text: str):
+    """A footnote wrapped to the figure's width (about 22 characters of 5.5 pt per inch)."""
+    footnote(fig, textwrap.fill(" ".join(text.split()), width=int(fig.get_figwidth() * 22)))
 
 
 def _title(ax, c: Comparison, s: int):
@@ -49,23 +59,22 @@ def draw_embedding_grid(c: Comparison, fig=None):
     fig, axes = _grid(c, fig)
     colors = style.token_colors(c.vocab, c.task.focus)
     point_colors = np.repeat(np.array(colors, dtype=object), c.points.shape[2])
+    # Wider streams are drawn on the reference seed's two principal axes (identity in 2-D).
+    plane = fit_plane(c.points[c.reference])
     for s, ax in enumerate(axes):
-        xy = c.points[s].reshape(-1, c.points.shape[-1])[:, :2]
+        xy = plane.project(c.points[s]).reshape(-1, 2)
         ax.scatter(xy[:, 0], xy[:, 1], s=2.5, c=list(point_colors), edgecolors="none")
-        plane_axes(ax, panel_limits(c, s, zones=False) if c.cfg.d_model == 2 else _limits(xy),
-                   ticks=False)
+        plane_axes(ax, panel_limits(c, s, zones=False) if plane.is_identity
+                   else square_limits(xy), ticks=False)
         _title(ax, c, s)
     _legend(fig, c, colors)
-    plane = "the plane" if c.cfg.d_model == 2 else "the first two reference axes"
-    footnote(fig, f"token + position points of every seed at step {c.step}, mapped onto seed "
-             f"{c.seeds[c.reference]} by an orthogonal map (Procrustes, reflections allowed);\n"
-             f"{plane}; each panel its own scale; vermilion titles: rule error > {c.success:.0%}")
+    where = "the plane" if plane.is_identity else (
+        f"the reference seed's first two principal axes ({plane.explained.sum():.0%} of its "
+        f"variance)")
+    _note(fig, f"token + position points of every seed at step {c.step}, mapped onto seed "
+             f"{c.seeds[c.reference]} by an orthogonal map (Procrustes, reflections allowed); "
+             f"{where}; each panel its own scale; vermilion titles: rule error > {c.success:.0%}")
     return fig
-
-
-def _limits(xy):
-    from .figures.compute import square_limits
-    return square_limits(xy)
 
 
 @styled
@@ -89,8 +98,8 @@ def draw_landscape_grid(c: Comparison, lands: list[AlignedLandscape], fig=None):
         plane_axes(ax, land.extent, ticks=False)
         _title(ax, c, s)
     _legend(fig, c, colors)
-    footnote(fig, f"argmax of each seed's output network over the plane, in seed "
-             f"{c.seeds[c.reference]}'s frame; white dots: token + position points;\n"
+    _note(fig, f"argmax of each seed's output network over the plane, in seed "
+             f"{c.seeds[c.reference]}'s frame; white dots: token + position points; "
              f"ringed: the mean z point of each answer (in its zone's colour); dashed: the circle "
              f"the zones' order is read along")
     return fig

@@ -25,13 +25,11 @@ def summary_table(rows) -> Table:
     table.add_column("structure", justify="left", no_wrap=True)
     table.add_column("in successful\nseeds", justify="right")
     table.add_column("in failed\nseeds", justify="right")
-    table.add_column("verdict", justify="left")
+    table.add_column("verdict", justify="left", no_wrap=True)
     for row in rows:
         verdict = row["verdict"]
         if "worst_successful_share" in row and row["successful"] < row["n_successful"]:
             verdict += f" (worst {row['worst_successful_share']:.1%})"
-        if "order" in row:
-            verdict += f"; most common {row['order']}"
         table.add_row(Text(row["structure"]), f"{row['successful']}/{row['n_successful']}",
                       f"{row['failed']}/{row['n_failed']}", Text(verdict))
     return table
@@ -124,21 +122,26 @@ def compare(
         print(json.dumps(report))
         return
     nums = numbers(c)
-    out.print(Text(
+    wide().print(Text(
         f"{run}: {len(c.seeds)} seeds of {c.task.name} at step {c.step}; "
-        f"{int(c.successful.sum())} learned it (rule error <= {success:.0%}; median "
-        f"{nums['rule_error']['median']:.2%}, worst {nums['rule_error']['max']:.2%} among them)"))
-    out.print(Text(
-        f"aligned to seed {c.seeds[c.reference]}: embedding residual median "
-        f"{nums['residual']['median']:.3f}, max {nums['residual']['max']:.3f}; joint q/k "
-        f"residual median {nums['qk_residual']['median']:.3f} (relative; 0 = the same geometry "
-        f"up to an orthogonal map)" + ("" if c.symmetric else
-                                       "; with LayerNorm the rotation is no symmetry")))
+        f"{int(c.successful.sum())} learned it (rule error <= {success:.0%}: median "
+        f"{nums['rule_error']['median']:.2%}, worst {nums['rule_error']['max']:.2%})"))
+    wide().print(Text(
+        f"aligned to seed {c.seeds[c.reference]} by orthogonal maps: relative residual of the "
+        f"embedding points median {nums['residual']['median']:.3f} (max "
+        f"{nums['residual']['max']:.3f}), of the joint q/k points median "
+        f"{nums['qk_residual']['median']:.3f}; 0 = the same geometry"
+        + ("" if c.symmetric else " (with LayerNorm the rotation is no symmetry)")))
     if seeds_table:
         out.print()
         out.print(Text("Every seed", style="bold"))
         wide().print(seed_table(c))
     out.print()
     out.print(Text("Which structures hold in every seed that learned the task", style="bold"))
-    wide().print(summary_table(summary(c)))
-    out.print(f"wrote {', '.join(p.name for p in written)} to {folder} ({seconds:.1f} s)")
+    rows = summary(c)
+    wide().print(summary_table(rows))
+    for row in rows:
+        if "order" in row and row["n_successful"]:
+            wide().print(Text(f"most common {row['structure']}: {row['order']} "
+                              f"({row['successful']} of {row['n_successful']} successful seeds)"))
+    wide().print(f"wrote {', '.join(p.name for p in written)} to {folder} ({seconds:.1f} s)")
