@@ -42,10 +42,14 @@ def select(names: list[str], only: str | None) -> list[str]:
 
 def save(fig, path: Path, fmt: str):
     """Write a figure atomically (a killed run never leaves half a file)."""
+    import matplotlib
+
+    from ..figures.panels import RC
     from ..figures.style import DPI
     from ..runs import atomic_write
     buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, dpi=DPI, metadata=METADATA[fmt])
+    with matplotlib.rc_context(RC):   # vector text settings apply when the file is written
+        fig.savefig(buffer, format=fmt, dpi=DPI, metadata=METADATA[fmt])
     atomic_write(path, buffer.getvalue())
 
 
@@ -96,25 +100,25 @@ def draw_suite(run_path: Path, step: int | None, sequence: str | None, formats: 
                         TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console, transient=True)
     forking = jobs > 1 and len(names) > 1 and "fork" in multiprocessing.get_all_start_methods()
-    with progress:
-        bar = progress.add_task("", total=len(names))
-        if forking:
-            with multiprocessing.get_context("fork").Pool(min(jobs, len(names))) as pool:
-                results = pool.imap_unordered(draw_one, names)
-                for name, paths, message in results:
-                    written += paths
-                    skipped += [message] if message else []
-                    progress.update(bar, advance=1, description=name)
-        else:
-            for name in names:
-                progress.update(bar, description=name)
-                _, paths, message = draw_one(name)
+    # Workers fork before the progress display starts its refresh thread: a fork copies only
+    # the forking thread, and a lock held by another thread would stay locked in the child.
+    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(names))) if forking else None
+    try:
+        with progress:
+            bar = progress.add_task("", total=len(names))
+            results = pool.imap_unordered(draw_one, names) if pool else map(draw_one, names)
+            for name, paths, message in results:
                 written += paths
                 skipped += [message] if message else []
-                progress.advance(bar)
+                progress.update(bar, advance=1, description=name)
+    finally:
+        if pool:
+            pool.terminate()
+            pool.join()
     _JOB.clear()
     order = {n: i for i, n in enumerate(names)}
     skipped.sort(key=lambda m: order[m.split()[1].rstrip(":")])
+    written.sort(key=lambda p: (order[p.stem], p.suffix))
     return ctx, folder, written, skipped
 
 

@@ -294,6 +294,7 @@ class TraceNudge:
     allowed: np.ndarray         # (T, V) tokens the rule allows next
     decided: np.ndarray         # (T,) whether the rule constrains the next token at all
     landed: np.ndarray          # (T,) argmax of the output network at z (the model's guess)
+    start_name: str             # "e", or the last block's input in a deeper model
     note: str
     title: str
 
@@ -309,7 +310,9 @@ def compute_trace_nudge(ctx: FigureContext) -> TraceNudge:
     from .landscape import landscape_note
     return TraceNudge(ctx.vocab, ctx.colors, seq_keys(ctx), land, plane, ctx.limits,
                       plane.project(last.resid_pre), plane.project(last.resid_mid), focus,
-                      *C.next_allowed(ctx.task, ctx.trace.tokens), landed, landscape_note(ctx),
+                      *C.next_allowed(ctx.task, ctx.trace.tokens), landed,
+                      "e" if ctx.cfg.n_layers == 1 else f"block {ctx.cfg.n_layers - 1}'s input",
+                      landscape_note(ctx),
                       sequence_title(ctx))
 
 
@@ -330,13 +333,14 @@ def draw_trace_nudge(data: TraceNudge, fig=None):
     ax.scatter(*data.start.T, c=colors, s=16, edgecolors="white", linewidths=0.5, zorder=5)
     ax.scatter(*data.end.T, c=colors, s=24, marker="D", edgecolors="black", linewidths=0.6,
                zorder=5)
-    keys = [("e " + t, i) for t, i in data.keys] + [("z " + t, i) for t, i in data.keys]
+    first = "e " if data.start_name == "e" else ""
+    keys = [(first + t, i) for t, i in data.keys] + [("z " + t, i) for t, i in data.keys]
     style.queue_labels(ax, np.concatenate([data.start, data.end]), keys, colors * 2,
                        fontsize=5.5)
     plane_axes(ax, data.limits, data.plane)
-    ax.set_title("e (dot) moved by attention to z = e + Attn(e) (diamond), over the argmax "
-                 "map", fontsize=7)
-    lines = ["position: lands in", "(what the rule allows)", ""]
+    ax.set_title(f"{data.start_name} (dot) moved by attention to z = {data.start_name} + Attn "
+                 f"(diamond), over the argmax map", fontsize=7)
+    lines = ["position: z lands in", "(what the rule allows)", ""]
     for i in range(T):
         name = style.point_text(*data.keys[i])
         got = data.vocab[data.landed[i]]
