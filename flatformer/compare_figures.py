@@ -12,7 +12,9 @@ import textwrap
 from collections import Counter
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
 from matplotlib.patches import Circle, Patch
 
 from .compare import ORDERS, STRUCTURES, AlignedLandscape, Comparison, panel_limits, structure_label
@@ -28,7 +30,14 @@ def _grid(c: Comparison, fig):
     ncols = max(1, math.ceil(math.sqrt(S)))
     nrows = math.ceil(S / ncols)
     panel = min(style.PAGE_WIDTH / ncols, 1.6)
-    fig = new_figure(max(panel * ncols, 4.2), panel * nrows * 1.08 + 0.8, fig)
+    width, height = max(panel * ncols, 4.2), panel * nrows * 1.08 + 0.9
+    if fig is None:
+        # Fixed margins instead of the constrained layout: solving it for 64 panels doubled
+        # the drawing time. Room above for the legend, below for the footnote.
+        fig = Figure(figsize=(width, height))
+        FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.1 / width, right=1 - 0.1 / width, top=1 - 0.35 / height,
+                        bottom=0.5 / height, wspace=0.08, hspace=0.22)
     axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
     for ax in axes[S:]:
         ax.axis("off")
@@ -49,7 +58,7 @@ def _title(ax, c: Comparison, s: int):
 
 def _legend(fig, c: Comparison, colors):
     handles = [Patch(color=col, label=tok) for tok, col in zip(c.vocab, colors)]
-    fig.legend(handles=handles, loc="outside upper center", ncol=min(len(handles), 14),
+    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 14),
                fontsize=5.5, frameon=False, handlelength=1.0, columnspacing=0.8)
 
 
