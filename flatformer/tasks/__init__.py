@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from ..errors import FlatformerError
+from .add_mod import AddMod5
+from .after_last_even import AfterLastEven
 from .base import Task
+from .corpus import corpus_for_run
+from .copy_back import CopyThreeBack
+from .first_even import FirstEven
+from .last_odd import LastOdd
+from .max_so_far import MaxSoFar
 from .plus_last_even import PlusLastEven
+from .successor import Successor
+from .tiny_grammar import TinyGrammar
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in [PlusLastEven]}
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in [
+    PlusLastEven, LastOdd, FirstEven, Successor, AddMod5, MaxSoFar, CopyThreeBack, AfterLastEven,
+    TinyGrammar]}
 
 
 def get_task(name: str) -> Task:
+    if name == "corpus":
+        raise FlatformerError("the corpus task is built from a text file: "
+                              "flatformer train --corpus FILE [--tokenizer word|char]")
     if name not in TASKS:
         raise FlatformerError(f"unknown task {name!r}; choose one of {', '.join(sorted(TASKS))} "
                               f"(flatformer tasks lists them)")
@@ -17,5 +31,7 @@ def get_task(name: str) -> Task:
 
 
 def task_for_run(config: dict) -> Task:
-    """The task a run folder's config names."""
+    """The task a run folder's config names (a corpus run's config holds its text)."""
+    if config.get("task") == "corpus":
+        return corpus_for_run(config)
     return get_task(config["task"])

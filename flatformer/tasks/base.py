@@ -26,12 +26,41 @@ class Task:
     min_len: int = 20
     max_len: int = 50
     measured: str = ""         # rule error measured with the default preset and recipe
+    # The number behind `measured`: the median held-out rule error of seeds 0-3 trained with the
+    # default preset and recipe (bench/tasks_table.py measures it; a test holds the task to it).
+    measured_error: float | None = None
+    # Settings of the default recipe this task needs, e.g. {"steps": 4000}: applied under the
+    # user's --set, only with the default recipe.
+    recipe_defaults: dict = {}
 
     def sample(self, rng: np.random.Generator) -> list[int]:
         raise NotImplementedError
 
     def rule(self, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
+
+    def allowed(self, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What the rule error counts: `mask` (L, V), the tokens the rule allows at each position
+        of `seq`, and `source` (L,), the earliest position that decides it (-1 where anything may
+        follow). A top prediction outside the mask is an error.
+
+        By default the rule's forced target is the only allowed token; a task whose rule allows
+        several next tokens (a grammar) overrides this.
+        """
+        target, source = self.rule(seq)
+        forced = target >= 0
+        mask = np.ones((len(seq), len(self.vocab)), dtype=bool)
+        mask[forced] = False
+        mask[np.flatnonzero(forced), target[forced]] = True
+        return mask, np.where(forced, source, -1)
+
+    def check_config(self, cfg) -> None:
+        """Raise FlatformerError when the model config cannot serve this task (default: any)."""
+
+    def config_extra(self) -> dict:
+        """Entries a run's config.json needs, beside the name, to rebuild this task (default:
+        none; the corpus task keeps its text)."""
+        return {}
 
     def split(self, data_seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The fixed training and held-out sequences: the last `n_held_out` are held out."""
@@ -73,3 +102,42 @@ def recent_target(seq: np.ndarray, marker: int, wanted: np.ndarray) -> tuple[np.
         if wanted[seq[j]]:
             last = j
     return target, source
+
+
+class MarkerTask(Task):
+    """A stream of numbers 0..n_numbers-1 and a marker: the token right after each marker is
+    forced by `answer` whenever the answer is defined; every other token is drawn by `draw`.
+
+    Subclasses set the vocabulary (the numbers first, then the symbols) and write `answer`.
+    """
+
+    marker: str = "+"
+    n_numbers: int = 10
+    p_marker: float = 0.3
+
+    def answer(self, prefix: np.ndarray) -> tuple[int, int]:
+        """(target, source) for the token after `prefix`, whose last token is the marker;
+        (-1, -1) when the rule leaves it free."""
+        raise NotImplementedError
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """A free token: the marker with probability `p_marker`, else a uniform number."""
+        if rng.random() < self.p_marker:
+            return self.vocab.index(self.marker)
+        return int(rng.integers(self.n_numbers))
+
+    def sample(self, rng):
+        length = int(rng.integers(self.min_len, self.max_len + 1))
+        marker = self.vocab.index(self.marker)
+        seq: list[int] = []
+        for _ in range(length):
+            forced = self.answer(np.array(seq))[0] if seq and seq[-1] == marker else -1
+            seq.append(forced if forced >= 0 else self.draw(rng))
+        return seq
+
+    def rule(self, seq):
+        seq = np.asarray(seq)
+        target, source = np.full(len(seq), -1), np.full(len(seq), -1)
+        for j in np.flatnonzero(seq[:-1] == self.vocab.index(self.marker)) + 1:
+            target[j], source[j] = self.answer(seq[:j])
+        return target, source

@@ -1,0 +1,35 @@
+"""Comparison: after `M`, say the largest number so far."""
+
+from __future__ import annotations
+
+from .base import MarkerTask
+
+
+class MaxSoFar(MarkerTask):
+    """After `M`, the next token is the largest number so far in the sequence.
+
+    Vocabulary: the numbers 0..9 and `M` (11 tokens). Sequences are 10 to 20 tokens long (the
+    maximum of a long stream is nearly always 9). Each free token is `M` with probability 0.3,
+    otherwise a uniform number; the token after an `M` is forced once any number has appeared.
+    The earliest position the answer depends on is the last place the maximum appeared: a
+    window that shows it holds the answer (everything before it is no larger).
+
+    Example: `2 5 M 5 3 M 5 7 M 7`: the maximum is 5, then still 5 (3 is smaller), then 7.
+
+    MEASURED
+    """
+
+    name = "max-so-far"
+    vocab = [str(i) for i in range(10)] + ["M"]
+    marker = "M"
+    focus = "M"
+    demo = "1 4 M 4 2 6 3 M"
+    min_len = 10
+    max_len = 20
+
+    def answer(self, prefix):
+        numbers = [(int(t), p) for p, t in enumerate(prefix[:-1]) if t < 10]
+        if not numbers:
+            return -1, -1
+        top = max(t for t, _ in numbers)
+        return top, max(p for t, p in numbers if t == top)

@@ -1,0 +1,151 @@
+"""Source 2's word-level task: a tiny corpus of sentences about cats, dogs, mice and birds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .base import Task
+
+CORPUS = Path(__file__).parent / "data" / "tiny_grammar.txt"
+
+WORDS = {
+    "det": ["the", "a"],
+    "adj": ["big", "small", "black", "white", "lazy"],
+    "animal": ["cat", "dog", "mouse", "bird"],
+    "place": ["tree", "house", "mat", "garden"],
+    "verb": ["chased", "saw", "liked", "found"],      # takes an animal as its object
+    "rest": ["sat", "ran", "slept", "sang"],          # takes none; may take a place
+    "prep": ["on", "under", "near", "in"],
+    "stop": ["."],
+}
+
+# The grammar as a finite automaton: state -> {word class: next state}. A sentence is
+# det [adj] animal, then verb det [adj] animal, or rest [prep det place]; then a full stop.
+GRAMMAR = {
+    "start": {"det": "subject det"},
+    "subject det": {"adj": "subject adj", "animal": "subject"},
+    "subject adj": {"animal": "subject"},
+    "subject": {"verb": "verb", "rest": "rest"},
+    "verb": {"det": "object det"},
+    "object det": {"adj": "object adj", "animal": "end"},
+    "object adj": {"animal": "end"},
+    "rest": {"prep": "prep", "stop": "start"},
+    "prep": {"det": "place det"},
+    "place det": {"place": "end"},
+    "end": {"stop": "start"},
+}
+
+
+class TinyGrammar(Task):
+    """Sentences like `the big dog chased a mouse .` from a 28-word grammar: learn the corpus.
+
+    The grammar (ours, written for this project): determiners the, a; adjectives big, small,
+    black, white, lazy; animals cat, dog, mouse, bird; places tree, house, mat, garden; verbs
+    with an object chased, saw, liked, found; verbs without one sat, ran, slept, sang;
+    prepositions on, under, near, in; and the full stop. A sentence is `det [adj] animal` then
+    either `verb det [adj] animal` or `rest [prep det place]`, then `.`. The training text is the
+    fixed corpus shipped in tasks/data/tiny_grammar.txt (CORPUS_TOKENS tokens, every word used),
+    laid end to end like source 2's; windows run across sentences. The held-out text is fresh
+    sentences drawn from the grammar, so the held-out loss cannot fall below the grammar's own
+    randomness, while the training loss (on the corpus) can: a model this size memorises it.
+
+    Rule error: at each held-out position whose allowed next words the context determines, the
+    fraction where the model's top word is one the grammar forbids there. Most positions allow
+    several words (after `the`: an adjective or an animal); after an object or a place only `.`
+    is allowed, and `rule` reports those as forced targets.
+
+    Example: `the lazy cat sat on the mat . a dog saw the bird .`: after `sat`, a preposition or
+    `.`; after `the` (following `on`), only a place; after `bird` (an object), only `.`.
+
+    MEASURED
+    """
+
+    name = "tiny-grammar"
+    vocab = [w for cls in WORDS.values() for w in cls]
+    default_preset = "simulator-16d"
+    focus = "dog"
+    demo = ". the big cat chased the small dog"
+    min_len = 20
+    max_len = 50
+
+    def __init__(self):
+        self.word_class = {self.vocab.index(w): cls for cls, ws in WORDS.items() for w in ws}
+        self.allowed_in = {state: np.isin(np.arange(len(self.vocab)),
+                                          [i for i, c in self.word_class.items() if c in edges])
+                           for state, edges in GRAMMAR.items()}
+
+    def corpus(self) -> np.ndarray:
+        """The shipped training text as tokens."""
+        return np.array(self.encode(CORPUS.read_text()), dtype=np.int64)
+
+    def step(self, state: str, token: int) -> str | None:
+        """The automaton's next state, or None when the grammar forbids `token` in `state`."""
+        return GRAMMAR[state].get(self.word_class[int(token)])
+
+    def grammatical(self, tokens) -> bool:
+        """Whether `tokens`, read from the start of a sentence, follow the grammar (the last
+        sentence may be unfinished)."""
+        state = "start"
+        for t in tokens:
+            state = self.step(state, t)
+            if state is None:
+                return False
+        return True
+
+    def sentence(self, rng: np.random.Generator) -> list[int]:
+        """One sentence drawn from the grammar: each choice uniform over the classes a state
+        allows (the two endings of `rest` are equally likely), each word uniform in its class."""
+        words, state = [], "start"
+        while True:
+            cls = list(GRAMMAR[state])[int(rng.integers(len(GRAMMAR[state])))]
+            words.append(self.vocab.index(WORDS[cls][int(rng.integers(len(WORDS[cls])))]))
+            state = GRAMMAR[state][cls]
+            if state == "start":
+                return words
+
+    def sample(self, rng):
+        length = int(rng.integers(self.min_len, self.max_len + 1))
+        seq: list[int] = []
+        while len(seq) < length:
+            seq += self.sentence(rng)
+        return seq
+
+    def split(self, data_seed: int = 0):
+        """The corpus trains; 100 fresh grammar sequences are held out."""
+        rng = np.random.default_rng([data_seed, 7])
+        held = [np.asarray(self.sample(rng), dtype=np.int64) for _ in range(100)]
+        return [self.corpus()], held
+
+    def allowed(self, seq):
+        """The grammar's allowed next words, at positions the preceding words determine.
+
+        The source is the start of the shortest run of preceding words that pins the allowed
+        set down whatever came before it (a window that begins mid-sentence does not know where
+        the sentence began): after `the cat`, one must see whether `the` follows a verb.
+        Positions no run of words determines (only near a sequence start) are not counted.
+        """
+        seq = np.asarray(seq)
+        mask = np.ones((len(seq), len(self.vocab)), dtype=bool)
+        source = np.full(len(seq), -1)
+        state = "start"
+        for j in range(1, len(seq) + 1):
+            state = self.step(state, seq[j - 1]) if state is not None else None
+            if state is None or j == len(seq):
+                break  # ungrammatical from here on: nothing to count
+            truth = self.allowed_in[state]
+            for s in range(j - 1, -1, -1):
+                states = set(GRAMMAR)
+                for t in seq[s:j]:
+                    states = {n for n in (self.step(q, t) for q in states) if n is not None}
+                if np.array_equal(np.any([self.allowed_in[q] for q in states], 0), truth):
+                    mask[j], source[j] = truth, s
+                    break
+        return mask, source
+
+    def rule(self, seq):
+        """Forced targets: positions where the grammar allows exactly one word (`.`)."""
+        mask, source = self.allowed(seq)
+        forced = (source >= 0) & (mask.sum(1) == 1)
+        return np.where(forced, mask.argmax(1), -1), np.where(forced, source, -1)
