@@ -29,7 +29,7 @@ def summary_table(rows) -> Table:
     for row in rows:
         verdict = row["verdict"]
         if "worst_successful_share" in row and row["successful"] < row["n_successful"]:
-            verdict += f" (worst {row['worst_successful_share']:.1%})"
+            verdict += f" (worst seed at {row['worst_successful_share']:.1%})"
         table.add_row(Text(row["structure"]), f"{row['successful']}/{row['n_successful']}",
                       f"{row['failed']}/{row['n_failed']}", Text(verdict))
     return table
