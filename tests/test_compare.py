@@ -68,8 +68,10 @@ def test_rotating_the_stream_keeps_the_function(paper):
     R = rotation(1.1, reflect=True)
     logits_r, cache_r = Transformer(cfg, rotate_tensors(cfg, w, R)).run_with_cache(tokens)
     assert np.abs(logits_r - logits).max() < 1e-9
-    assert np.abs(cache_r["blocks.0.attn.hook_pattern"] - cache["blocks.0.attn.hook_pattern"]).max() < 1e-12
-    assert np.abs(cache_r["blocks.0.hook_resid_mid"] - cache["blocks.0.hook_resid_mid"] @ R).max() < 1e-9
+    pattern = "blocks.0.attn.hook_pattern"
+    assert np.abs(cache_r[pattern] - cache[pattern]).max() < 1e-12
+    z = "blocks.0.hook_resid_mid"                       # the stream turns with R
+    assert np.abs(cache_r[z] - cache[z] @ R).max() < 1e-9
 
 
 def test_rotating_a_two_head_model_with_W_O_keeps_the_function():
