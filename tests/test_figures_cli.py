@@ -8,10 +8,6 @@ import pytest
 from flatformer.figures import FIGURES
 from flatformer.runs import load_run
 
-PLANE_ONLY = {"fig09_output_landscape", "fig10_landscape_summary", "fig15_trace_nudge",
-              "supp_landscape_embeddings", "supp_landscape_values"}
-
-
 def cli(*args):
     return subprocess.run([sys.executable, "-m", "flatformer", "figures", *map(str, args)],
                           capture_output=True, text=True, timeout=300)

@@ -212,5 +212,5 @@ def test_figures_follow_the_task_focus_not_a_fixed_token(paper_run, tmp_path, mo
     pos = C.default_focus_position(ctx.cfg.n_ctx)
     assert f"query {point_text('3', pos)}" in qk.axes[1].get_title()
     scores = FIGURES["fig08_trigger_qk_scores"][1](FIGURES["fig08_trigger_qk_scores"][0](ctx))
-    assert "every 3 query" in scores.get_suptitle()
+    assert "every '3' query" in scores.get_suptitle()
     assert ctx.colors[ctx.focus] == "#000000" and ctx.colors[ctx.vocab.index("+")] != "#000000"

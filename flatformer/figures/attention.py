@@ -127,7 +127,7 @@ def draw_trigger_qk_scores(data: FocusScores, fig=None):
             ax.set_xlabel("key position", labelpad=1)
     colorbar(fig, image, list(axes), "q · k / √d_head", shrink=0.7)
     extra = f" ({data.note})" if data.note else ""
-    fig.suptitle(f"Scores of every {focus} query against each key token, before the softmax "
+    fig.suptitle(f"Scores of every '{focus}' query against each key token, before the softmax "
                  f"(gray: masked){extra}: {data.title}", fontsize=8)
     return fig
 
