@@ -98,7 +98,7 @@ RECIPES: dict[str, Recipe] = {
     #   lies before the window starts; they are noise the model can only fit by guessing.
     # - lr 3e-3 with cosine decay: escapes the plateau sooner and settles at the end.
     # - embeddings initialised at 0.3x: big random embeddings start tokens in arbitrary places of
-    #   the plane, and the even zones then get stuck in a bad cyclic order.
+    #   the plane; in stalled runs `+` never moves away from the digits.
     # - 8 candidate inits per seed, trained batched for 1,000 steps; the one with the lowest
     #   held-out rule error (then training loss) goes on. Seeds that stall leave the plateau
     #   last, so the earliest leaver is a good bet; the batched engine makes the 8 trials cost
