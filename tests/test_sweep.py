@@ -15,7 +15,8 @@ import pytest
 
 from flatformer.evaluate import evaluate_run
 from flatformer.runs import load_run
-from flatformer.sweep import connect_ray, read_results, run_sweep, summarize
+from flatformer.sweep import (connect_ray, expand, load_sweep, read_results, run_job, run_sweep,
+                              summarize)
 
 # 2 "tasks" (the rule on two data sets) x 2 recipes x 16 seeds, short runs to keep it fast.
 SWEEP = """
@@ -215,3 +216,11 @@ def test_a_partly_trained_job_is_resumed_not_restarted(tmp_path):
     assert statuses == {job.name: "trained"}
     assert without_time(again) == without_time(rows)
     assert (job / "seed_4" / "checkpoints" / "step_000200.safetensors").stat().st_mtime_ns == kept
+
+
+def test_a_node_that_cannot_see_the_sweep_folder_refuses_the_job(sweep_file, tmp_path):
+    # What a Ray worker on a node without the shared filesystem finds: no sweep.json.
+    job = expand(load_sweep(sweep_file), tmp_path / "elsewhere")[0]
+    result = run_job(job)
+    assert "not visible on this node" in result["error"]
+    assert not (tmp_path / "elsewhere").exists()
