@@ -100,7 +100,7 @@ RECIPES: dict[str, Recipe] = {
     # - embeddings initialised at 0.3x: big random embeddings start tokens in arbitrary places of
     #   the plane; in stalled runs `+` never moves away from the digits.
     # - 8 candidate inits per seed, trained batched for 1,000 steps; the one with the lowest
-    #   held-out rule error (then training loss) goes on. Seeds that stall leave the plateau
+    #   held-out rule error (then held-out loss) goes on. Seeds that stall leave the plateau
     #   last, so the earliest leaver is a good bet; the batched engine makes the 8 trials cost
     #   about 1,500 single steps. The seed still names one reproducible final model.
     "default": Recipe(lr=3e-3, schedule="cosine", min_lr_ratio=0.1, drop_unseen=True,
@@ -280,13 +280,12 @@ class Trainer:
 
     def select(self):
         """Keep each seed's candidate with the lowest held-out rule error now (then the lowest
-        training loss); write its checkpoints and metrics so far."""
-        _, rule_error = evaluate(self.params, self.data, with_loss=False)
-        train_loss = self.pending[max(self.pending)]
+        held-out loss); write its checkpoints and metrics so far."""
+        val_loss, rule_error = evaluate(self.params, self.data)
         chosen = []
         for s in self.job.seeds:
             idx = [i for i, (seed, _) in enumerate(self.members) if seed == s]
-            chosen.append(min(idx, key=lambda i: (rule_error[i], train_loss[i])))
+            chosen.append(min(idx, key=lambda i: (rule_error[i], val_loss[i])))
         r = self.job.recipe
         for step, snapshot in sorted(self.snapshots.items()):
             states = [self.state(i, snapshot) for i in chosen]

@@ -143,3 +143,12 @@ def test_default_recipe_learns_from_nearly_every_seed(tmp_path):
     trainer = train(job(tmp_path, seeds=tuple(range(20)), name="twenty"))
     errors = [m[-1]["rule_error"] for m in trainer.metrics]
     assert sum(e <= 0.01 for e in errors) >= 18, errors
+
+
+def test_selection_between_evaluations(tmp_path):
+    """select_step need not be an evaluation step: the choice uses its own held-out pass."""
+    trainer = train(job(tmp_path, steps=300, select_step=100))
+    assert len(trainer.members) == 1
+    run = load_run(tmp_path / "run")
+    assert run.steps == [0, 100, 200, 300]
+    assert [m["step"] for m in run.metrics] == [0, 200, 300]
