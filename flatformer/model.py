@@ -22,6 +22,26 @@ GELU_C = math.sqrt(2.0 / math.pi)
 LN_EPS = 1e-5
 
 
+def _keep_freed_memory():
+    """Ask glibc to keep freed blocks for reuse instead of handing them back to the OS.
+
+    The engine allocates the same few-hundred-kilobyte activations every step; by default glibc
+    maps each afresh and unmaps it when freed, and the page faults of touching new memory cost
+    more than the arithmetic (measured at 64 seeds: forward 2.3 -> 0.8 ms, backward 1.6 -> 0.8).
+    """
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-1, 256 << 20)   # M_TRIM_THRESHOLD: keep up to 256 MB free at the top
+        libc.mallopt(-3, 64 << 20)    # M_MMAP_THRESHOLD: serve blocks below 64 MB from the heap
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to tune
+
+
+_keep_freed_memory()
+
+
 class Params:
     """Named views of shape (S, *shape) into one flat buffer of S * n_params numbers."""
 
@@ -111,6 +131,22 @@ def init_params(cfg: ModelConfig, rngs: list[np.random.Generator],
     return params
 
 
+# NumPy reduces a short last axis (8 keys, 12 tokens) one row at a time, with overhead per row;
+# a matrix-vector product and a few elementwise maxima do the same work 5-10x faster here.
+def row_sum(x: np.ndarray) -> np.ndarray:
+    """x.sum(-1, keepdims=True)."""
+    n = x.shape[-1]
+    return (x.reshape(-1, n) @ np.ones(n)).reshape(*x.shape[:-1], 1)
+
+
+def row_max(x: np.ndarray) -> np.ndarray:
+    """x.max(-1, keepdims=True)."""
+    out = x[..., 0].copy()
+    for i in range(1, x.shape[-1]):
+        np.maximum(out, x[..., i], out=out)
+    return out[..., None]
+
+
 def hook_names(cfg: ModelConfig) -> list[str]:
     """The ordered names of every activation `forward` records (TransformerLens's names)."""
     names = ["hook_embed", "hook_pos_embed"]
@@ -193,8 +229,9 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
         q, k, v = (t.transpose(0, 1, 3, 2, 4) for t in heads)                 # (S,B,H,T,dh)
         scores = np.where(mask, q @ k.swapaxes(-1, -2) / math.sqrt(dh), -np.inf)
         scores = hook(b + "attn.hook_attn_scores", scores)                     # (S,B,H,T,T)
-        pattern = np.exp(scores - scores.max(-1, keepdims=True))
-        pattern = hook(b + "attn.hook_pattern", pattern / pattern.sum(-1, keepdims=True))
+        # Masked entries are exponentiated as exp(0) and then zeroed: exp(-inf) takes a slow path.
+        pattern = np.exp(np.where(mask, scores - row_max(scores), 0.0)) * mask
+        pattern = hook(b + "attn.hook_pattern", pattern / row_sum(pattern))
         z = hook(b + "attn.hook_z", (pattern @ v).transpose(0, 1, 3, 2, 4))    # (S,B,T,H,dh)
         attn_out = z.reshape(S, N, H * dh)
         if cfg.attn_out:
@@ -280,7 +317,7 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
         pattern = cache[b + "attn.hook_pattern"]
         dpattern = dz @ v.swapaxes(-1, -2)
         dv = pattern.swapaxes(-1, -2) @ dz
-        dscores = pattern * (dpattern - (dpattern * pattern).sum(-1, keepdims=True))
+        dscores = pattern * (dpattern - row_sum(dpattern * pattern))
         dscores = np.where(mask, dscores, 0.0) / math.sqrt(dh)
         dq = dscores @ k
         dk = dscores.swapaxes(-1, -2) @ q
@@ -310,11 +347,11 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray, weights: np.ndarray):
 
     `weights` (S, B, T) is 1 where a target counts and 0 where it is dropped.
     """
-    shifted = logits - logits.max(-1, keepdims=True)
+    shifted = logits - row_max(logits)
     exp = np.exp(shifted)
-    sumexp = exp.sum(-1, keepdims=True)
+    sumexp = row_sum(exp)
     onehot = targets[..., None] == np.arange(logits.shape[-1])
-    nll = np.log(sumexp[..., 0]) - (shifted * onehot).sum(-1)                # (S,B,T)
+    nll = np.log(sumexp[..., 0]) - row_sum(shifted * onehot)[..., 0]         # (S,B,T)
     total = np.maximum(weights.sum((1, 2)), 1.0)                             # (S,)
     loss = (nll * weights).sum((1, 2)) / total
     dlogits = (exp / sumexp - onehot) * (weights / total[:, None, None])[..., None]
