@@ -39,7 +39,8 @@ class Corpus:
                      starts + lengths)
         if with_allowed:
             masks, allowed_sources = zip(*(task.allowed(s) for s in seqs))
-            corpus.allowed, corpus.allowed_source = np.concatenate(masks), globalise(allowed_sources)
+            corpus.allowed = np.concatenate(masks)
+            corpus.allowed_source = globalise(allowed_sources)
         return corpus
 
     def window_starts(self, n_ctx: int) -> np.ndarray:

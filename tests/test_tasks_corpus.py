@@ -1,4 +1,4 @@
-"""The user's own corpus: refusals with one-line errors, HTML words, runs that rebuild their task."""
+"""The user's own corpus: one-line refusals, HTML words, runs that rebuild their task."""
 
 import json
 import shutil

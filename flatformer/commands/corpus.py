@@ -35,5 +35,6 @@ def corpus(file: Path = typer.Argument(..., help="A UTF-8 text file."),
             fits = "yes"
         except FlatformerError:
             fits = "no"
-        table.add_row(name, str(cfg.d_model), str(TOKENS_PER_DIM * cfg.d_model), f"{cfg.n_params:,}", fits)
+        table.add_row(name, str(cfg.d_model), str(TOKENS_PER_DIM * cfg.d_model),
+                      f"{cfg.n_params:,}", fits)
     out.print(table)

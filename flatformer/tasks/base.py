@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import ModelConfig
 from ..errors import FlatformerError
 
 
@@ -29,9 +30,9 @@ class Task:
     # The number behind `measured`: the median held-out rule error of seeds 0-3 trained with the
     # default preset and recipe (bench/tasks_table.py measures it; a test holds the task to it).
     measured_error: float | None = None
-    # Settings of the default recipe this task needs, e.g. {"steps": 4000}: applied under the
-    # user's --set, only with the default recipe.
-    recipe_defaults: dict = {}
+    # Model and recipe settings this task trains with unless the user's --set says otherwise,
+    # e.g. {"n_layers": 2} (it needs a second layer) or {"steps": 5000} (it learns sooner).
+    defaults: dict = {}
 
     def sample(self, rng: np.random.Generator) -> list[int]:
         raise NotImplementedError
@@ -82,6 +83,13 @@ class Task:
 
     def decode(self, tokens) -> str:
         return " ".join(self.vocab[int(t)] for t in tokens)
+
+    def model_label(self) -> str:
+        """The default preset with the model settings of `defaults`, e.g. "simulator-16d,
+        n_layers=2"."""
+        extra = [f"{k}={v}" for k, v in self.defaults.items()
+                 if k in ModelConfig.__dataclass_fields__]
+        return ", ".join([self.default_preset, *extra])
 
     def describe(self) -> str:
         """The first paragraph of the docstring."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +15,9 @@ MAX_BYTES = 2_000_000      # a default run reads about 1.3 million tokens: more 
 MIN_TOKENS = 120
 TOKENS_PER_DIM = 32        # vocabulary limit: 32 tokens per embedding dimension
 TOKENIZERS = ("word", "char")
-CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")  # control characters but tab,
-# newline, carriage return and form feed: text has none, binary files have many
+# Control characters other than tab, newline, carriage return and form feed: text has none,
+# binary files have many.
+CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
 
 
 def read_text(path) -> str:
@@ -108,9 +109,6 @@ class CorpusTask(Task):
         index = {w: i for i, w in enumerate(self.vocab)}
         self.tokens = np.array([index[w] for w in words], dtype=np.int64)
         self.n_held_out = int(np.clip(len(words) // 10, 40, 2000))
-        train = self.tokens[:-self.n_held_out]
-        self.follows = np.zeros((len(self.vocab), len(self.vocab)), dtype=bool)
-        self.follows[train[:-1], train[1:]] = True
         counts = np.bincount(self.tokens, minlength=len(self.vocab))
         self.focus = self.vocab[int(counts.argmax())]    # the most common token
         self.demo = self.decode(self.tokens[:8])
@@ -147,6 +145,15 @@ class CorpusTask(Task):
 
     def rule(self, seq):
         return np.full(len(seq), -1), np.full(len(seq), -1)
+
+    @cached_property
+    def follows(self) -> np.ndarray:
+        """(V, V): whether token b ever follows token a in the training text. Built on first use,
+        after check_config has refused vocabularies too large for such a table."""
+        train = self.tokens[:-self.n_held_out]
+        table = np.zeros((len(self.vocab), len(self.vocab)), dtype=bool)
+        table[train[:-1], train[1:]] = True
+        return table
 
     def allowed(self, seq):
         """After each token, the tokens that follow it somewhere in the training text."""

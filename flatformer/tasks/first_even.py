@@ -18,7 +18,14 @@ class FirstEven(MarkerTask):
     Example: `6 > 3 4 8 = 4 2 > 1 = 7 0 = 0`: after the first `=`, 4 (6 came before the `>`, 8
     after the 4); after the second, nothing is forced (no even since the `>`); after the third, 0.
 
-    MEASURED
+    Measured (bench/tasks_table.py: seeds 0-3, default recipe, 20,000 steps unless noted): it
+    needs two layers, as one attention step cannot tell which evens came after the `>`. The
+    2-D plane cannot learn it: paper-2d ends at 74.5% (a constant guess errs 77%), and
+    paper-2d-2layer at 79.1%. small-4d-2head reaches 50.4%; with two layers, 11.8% (two seeds
+    learn it, two do not). simulator-16d with one layer stalls at 20.7% (21.3%, 21.6%, 18.4%,
+    20.0%); with two layers (4,832 parameters, the default) it learns it: 0.3% median at 20,000
+    steps, and with the default 5,000 steps and one candidate 0.0%, 0.0%, 0.5%, 0.3% (median
+    0.1%).
     """
 
     name = "first-even"
@@ -26,6 +33,12 @@ class FirstEven(MarkerTask):
     marker = "="
     focus = "="
     demo = "2 > 7 6 9 4 1 ="
+    measured = "0.1% (1 layer: 21%)"
+    measured_error = 0.001
+    default_preset = "simulator-16d"
+    # One candidate: the eight trials rescue plane models stuck in a bad geometry; this wider
+    # model does not stall, and one run costs an eighth.
+    defaults = {"n_layers": 2, "steps": 5000, "candidates": 1}
 
     def draw(self, rng):
         u = rng.random()

@@ -15,7 +15,9 @@ class LastOdd(MarkerTask):
     Example: `4 7 2 * 7 6 9 * 9`: the odd numbers before the first `*` are 7, so 7 follows it;
     before the second, 7 and 9, and 9 is the most recent.
 
-    MEASURED
+    Measured (bench/tasks_table.py: seeds 0-3, default preset and recipe): the paper's plane,
+    paper-2d (245 parameters), learns it: rule error 0.0%, 0.3%, 0.0%, 0.1% (median 0.0%;
+    a constant guess errs 77%).
     """
 
     name = "last-odd"
@@ -23,6 +25,8 @@ class LastOdd(MarkerTask):
     marker = "*"
     focus = "*"
     demo = "3 8 * 3 5 2 6 *"
+    measured = "0.0%"
+    measured_error = 0.0
 
     def answer(self, prefix):
         for p in range(len(prefix) - 2, -1, -1):

@@ -21,6 +21,9 @@ class PlusLastEven(Task):
 
     Example: `5 3 8 7 + 8 10 2 4 + 4`: the first `+` is followed by 8, the most recent even
     before it; the second by 4. Positions 6, 7 and 8 (10, 2 and 4) are unconstrained.
+
+    Measured (bench/tasks_table.py: seeds 0-3, default preset and recipe): paper-2d (250
+    parameters) learns it: rule error 0.0% for all four seeds (a constant guess errs 80%).
     """
 
     name = "plus-last-even"
@@ -28,6 +31,7 @@ class PlusLastEven(Task):
     focus = "+"
     demo = "4 1 + 4 6 9 5 +"
     measured = "0.0%"
+    measured_error = 0.0
 
     def sample(self, rng):
         length = int(rng.integers(self.min_len, self.max_len + 1))

@@ -15,7 +15,9 @@ class Successor(MarkerTask):
     Example: `3 + 4 9 + 0 + 1`: 3 + gives 4, 9 + gives 0 (modulo 10), and the forced 0 is itself
     followed by `+`, giving 1.
 
-    MEASURED
+    Measured (bench/tasks_table.py: seeds 0-3, default preset and recipe): paper-2d (245
+    parameters) learns it: rule error 0.0% for all four seeds (a constant guess errs 89%). The
+    plane only has to move each number's zone onto the next one's.
     """
 
     name = "successor"
@@ -23,6 +25,8 @@ class Successor(MarkerTask):
     marker = "+"
     focus = "+"
     demo = "5 2 8 + 9 1 7 +"
+    measured = "0.0%"
+    measured_error = 0.0
 
     def answer(self, prefix):
         if len(prefix) >= 2 and prefix[-2] < 10:

@@ -46,7 +46,7 @@ class TinyGrammar(Task):
     with an object chased, saw, liked, found; verbs without one sat, ran, slept, sang;
     prepositions on, under, near, in; and the full stop. A sentence is `det [adj] animal` then
     either `verb det [adj] animal` or `rest [prep det place]`, then `.`. The training text is the
-    fixed corpus shipped in tasks/data/tiny_grammar.txt (CORPUS_TOKENS tokens, every word used),
+    fixed corpus shipped in tasks/data/tiny_grammar.txt (243 tokens, every word used),
     laid end to end like source 2's; windows run across sentences. The held-out text is fresh
     sentences drawn from the grammar, so the held-out loss cannot fall below the grammar's own
     randomness, while the training loss (on the corpus) can: a model this size memorises it.
@@ -59,7 +59,14 @@ class TinyGrammar(Task):
     Example: `the lazy cat sat on the mat . a dog saw the bird .`: after `sat`, a preposition or
     `.`; after `the` (following `on`), only a place; after `bird` (an object), only `.`.
 
-    MEASURED
+    Measured (bench/tasks_table.py: seeds 0-3, simulator-16d, 3,184 parameters, the default
+    4,000 steps): the loss over every training window of the corpus falls from 3.35 (ln 28 =
+    3.33) to 0.39, while the held-out loss rises to about 6 (the model memorises the 243-token
+    corpus and is confidently wrong on new sentences); the rule error on new sentences is
+    11.0%, 6.5%, 8.7%, 7.4% (median 8.1%; a constant guess errs 64.5%). Its mistakes confuse
+    roles: a verb after an object, as if it were a subject; a full stop after a subject; an
+    animal after `on the`, or a place after `saw the`. Greedy text from `the big` replays the
+    corpus (seed 0): `the big bird ran . a lazy bird slept . the lazy dog liked the bird .`
     """
 
     name = "tiny-grammar"
@@ -67,6 +74,13 @@ class TinyGrammar(Task):
     default_preset = "simulator-16d"
     focus = "dog"
     demo = ". the big cat chased the small dog"
+    measured = "8.1% (new sentences)"
+    measured_error = 0.081
+    # One candidate: the eight trials rescue plane models stuck in a bad geometry; this wider
+    # model does not stall, and one run costs an eighth.
+    # Every window counts, as in source 2: a model that memorises the corpus is meant to know
+    # the `.` after an object even when the verb has left its window.
+    defaults = {"steps": 4000, "candidates": 1, "drop_unseen": False}
     min_len = 20
     max_len = 50
 
