@@ -6,16 +6,16 @@ from .base import MarkerTask
 
 
 class AfterLastEven(MarkerTask):
-    """After `+`, the next token is the number that came right after the most recent even number.
+    """After `+`, the next token is the number that came right after the most recent even.
 
     Vocabulary: the numbers 0..10 and `+` (12 tokens, the paper's). Each free token is `+` with
     probability 0.3, otherwise a uniform number. The token after a `+` is forced when the most
     recent even number before the `+` is followed by a number that also lies before the `+`.
 
-    A single layer cannot do it: a key only knows its own token and position, not whether the
-    token before it was even. With two layers, the first can write "my predecessor was even"
-    into each position (a previous-token head) and the second can look for it: the composition
-    behind induction heads.
+    One layer has no exact way to do it: a key only knows its own token and position, not
+    whether the token before it was even. With two layers, the first can write "my predecessor
+    was even" into each position (a previous-token head) and the second can look for it: the
+    composition behind induction heads.
 
     Example: `4 7 1 + 7 6 +`: 4 was followed by 7, so 7 follows the first `+`; before the second
     `+` the most recent even is 6, directly before it, so nothing is forced there.

@@ -18,10 +18,11 @@ class CopyThreeBack(MarkerTask):
 
     Measured (bench/tasks_table.py: seeds 0-3, default recipe): the 2-D plane cannot learn it:
     paper-2d ends at 87.7%, 90.7%, 66.2%, 41.0% (median 76.9%; a constant guess errs 87%),
-    paper-2d-2layer at 80.2%: a point in the plane cannot carry both which token it is and a
-    position sharp enough to be picked out by offset. small-4d-2head (487 parameters, the
-    default) learns it: 0.0%, 2.8%, 0.0%, 0.0% (median 0.0%). Two heads are not what it needs:
-    the same 4-D model with one head of 4 also reaches 0.0% for all four seeds.
+    paper-2d-2layer at 80.2% (our guess at why: one point in the plane must carry both the
+    token and a position sharp enough to be picked out by offset). small-4d-2head (487
+    parameters, the default) learns it: 0.0%, 2.8%, 0.0%, 0.0% (median 0.0%). Two heads are
+    not what it needs: the same 4-D model with one head of 4 also reaches 0.0% for all four
+    seeds.
     """
 
     name = "copy-3-back"

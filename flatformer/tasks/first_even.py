@@ -19,7 +19,7 @@ class FirstEven(MarkerTask):
     after the 4); after the second, nothing is forced (no even since the `>`); after the third, 0.
 
     Measured (bench/tasks_table.py: seeds 0-3, default recipe, 20,000 steps unless noted): it
-    needs two layers, as one attention step cannot tell which evens came after the `>`. The
+    needs two layers: one attention step cannot tell exactly which evens came after the `>`. The
     2-D plane cannot learn it: paper-2d ends at 74.5% (a constant guess errs 77%), and
     paper-2d-2layer at 79.1%. small-4d-2head reaches 50.4%; with two layers, 11.8% (two seeds
     learn it, two do not). simulator-16d with one layer stalls at 20.7% (21.3%, 21.6%, 18.4%,

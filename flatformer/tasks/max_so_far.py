@@ -18,8 +18,8 @@ class MaxSoFar(MarkerTask):
 
     Measured (bench/tasks_table.py: seeds 0-3, default preset and recipe): paper-2d (245
     parameters) learns every case but one: 1.8%, 1.8%, 1.8%, 2.2% (median 1.8%; a constant
-    guess errs 64%). The positions it gets wrong are those where every number so far is 0: it
-    answers 1, its 0 zone squeezed out. The smallest preset that learns it fully is
+    guess errs 64%). Seed 0's errors are exactly the positions where every number so far is 0:
+    it answers 1, its 0 zone squeezed out. The smallest preset that learns it fully is
     paper-2d-2layer (0.0%, 0.0%, 0.0%, 1.8%); small-4d-2head reaches 0.0% for all four seeds.
     """
 
