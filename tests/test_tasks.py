@@ -6,12 +6,13 @@ import re
 import numpy as np
 import pytest
 
-from flatformer.config import preset
+from flatformer.config import ModelConfig, preset
 from flatformer.data import TaskData
 from flatformer.evaluate import evaluate, logits_at
 from flatformer.model import Params, init_params
 from flatformer.tasks import TASKS, get_task
 from flatformer.tasks.tiny_grammar import CORPUS, WORDS, TinyGrammar
+from flatformer.train import get_recipe
 
 NAMES = sorted(TASKS)
 
@@ -28,6 +29,11 @@ def test_task_is_described_and_its_example_obeys_its_rule(name):
     assert task.focus in task.vocab
     assert len(task.encode(task.demo)) == 8
     assert task.measured and task.measured_error is not None
+    # Its defaults are real model or recipe settings, and the default model builds with them.
+    model = {k: v for k, v in task.defaults.items() if k in ModelConfig.__dataclass_fields__}
+    get_recipe("default", **{k: v for k, v in task.defaults.items() if k not in model})
+    preset(task.default_preset, len(task.vocab), **model)
+    assert task.model_label().startswith(task.default_preset)
     # The docstring states the measured number the class attribute holds.
     assert f"{task.measured_error:.1%}" in task.__doc__
     seq = np.array(task.encode(example(task)))
