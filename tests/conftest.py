@@ -51,3 +51,12 @@ def two_layer_run(tmp_path_factory):
     """A 2-layer plane model, briefly trained."""
     return make_run(tmp_path_factory.mktemp("two") / "run", preset_name="paper-2d-2layer",
                     steps=1000, candidates=1)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's Chromium, launched once for the session and shared by every browser test
+    (Playwright's sync API allows one running instance per thread)."""
+    from browser import close_shared_browser, shared_browser
+    yield shared_browser()
+    close_shared_browser()

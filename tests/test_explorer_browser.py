@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from browser import close, close_shared_browser, open_page, shared_browser
+from browser import close, open_page
 from flatformer.config import preset
 from flatformer.explorer import render_html
 from flatformer.explorer.export import export_run, pack, unpack
@@ -25,11 +25,6 @@ READY = "() => document.documentElement.dataset.ready === 'true' || !!document.q
 EVIL = "<img src=x onerror=alert(1)>"
 RUNS = ["paper_run", "simulator_run", "two_layer_run"]
 
-
-@pytest.fixture(scope="session")
-def chromium():
-    yield shared_browser()
-    close_shared_browser()
 
 
 @pytest.fixture(scope="session")

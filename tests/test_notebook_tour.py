@@ -9,7 +9,7 @@ import pytest
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 
-from browser import close, launch, open_page
+from browser import close, open_page
 
 TOUR = Path(__file__).resolve().parents[1] / "examples" / "tour.ipynb"
 CELL_TIMEOUT = 300   # a hang fails the test instead of stalling CI; the whole tour takes ~40 s
@@ -73,8 +73,7 @@ def test_explorer_cell_outputs_the_inline_page(executed):
     assert "http://" not in page and "https://" not in page   # nothing to fetch
 
 
-def test_exported_tour_passes_the_self_check_offline(executed, tmp_path):
-    from playwright.sync_api import sync_playwright
+def test_exported_tour_passes_the_self_check_offline(executed, tmp_path, chromium):
     nb, _ = executed
     exporter = HTMLExporter()
     body, _ = exporter.from_notebook_node(nb)
@@ -92,25 +91,22 @@ def test_exported_tour_passes_the_self_check_offline(executed, tmp_path):
             blocked.append(url)
             route.abort()
 
-    with sync_playwright() as p:
-        browser = launch(p)
-        try:
-            watched = open_page(browser)
-            page = watched.page
-            from_frames = []
-            page.on("request", lambda r: from_frames.append((r.frame.url, r.url)))
-            page.context.route("**/*", offline)
-            page.goto(path.as_uri())
-            frames = [f for f in page.frames if f.url == "about:srcdoc"]
-            assert len(frames) == 1
-            frame = frames[0]
-            frame.wait_for_function("window.explorer && window.explorer.ready", timeout=60_000)
-            check = frame.evaluate("window.explorer.selfCheck")
-            worst = float(frame.locator("#selfcheck").get_attribute("data-worst"))
-            failed = frame.evaluate("window.explorer.failed")
-            close(watched)
-        finally:
-            browser.close()
+    watched = open_page(chromium)
+    try:
+        page = watched.page
+        from_frames = []
+        page.on("request", lambda r: from_frames.append((r.frame.url, r.url)))
+        page.context.route("**/*", offline)
+        page.goto(path.as_uri())
+        frames = [f for f in page.frames if f.url == "about:srcdoc"]
+        assert len(frames) == 1
+        frame = frames[0]
+        frame.wait_for_function("window.explorer && window.explorer.ready", timeout=60_000)
+        check = frame.evaluate("window.explorer.selfCheck")
+        worst = float(frame.locator("#selfcheck").get_attribute("data-worst"))
+        failed = frame.evaluate("window.explorer.failed")
+    finally:
+        close(watched)
     assert check["ok"] and failed is None
     assert worst < 1e-9 and worst == check["worst"]
     assert check["tokens"] == 12 and check["step"] == 20_000

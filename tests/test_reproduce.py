@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from browser import close, close_shared_browser, open_page, shared_browser
+from browser import close, open_page
 
 READY = ("() => document.documentElement.dataset.ready === 'true' || "
          "!!document.querySelector('.banner.fail')")
@@ -23,11 +23,6 @@ def made(tmp_path_factory):
     assert result.returncode == 0, result.stderr[-2000:]
     return out, result
 
-
-@pytest.fixture(scope="module")
-def chromium():
-    yield shared_browser()
-    close_shared_browser()
 
 
 def test_every_stage_shows_progress_and_writes_its_part(made):
