@@ -24,8 +24,8 @@ class FirstEven(MarkerTask):
     paper-2d-2layer at 79.1%. small-4d-2head reaches 50.4%; with two layers, 11.8% (two seeds
     learn it, two do not). simulator-16d with one layer stalls at 20.7% (21.3%, 21.6%, 18.4%,
     20.0%); with two layers (4,832 parameters, the default) it learns it: 0.3% median at 20,000
-    steps, and with the default 5,000 steps and one candidate 0.0%, 0.0%, 0.5%, 0.3% (median
-    0.1%).
+    steps, and with the default 5,000 steps and one candidate 0.0%, 0.0%, 0.5%, 0.5% (median
+    0.3%).
     """
 
     name = "first-even"
@@ -33,8 +33,8 @@ class FirstEven(MarkerTask):
     marker = "="
     focus = "="
     demo = "2 > 7 6 9 4 1 ="
-    measured = "0.1% (1 layer: 21%)"
-    measured_error = 0.001
+    measured = "0.3% (1 layer: 21%)"
+    measured_error = 0.003
     default_preset = "simulator-16d"
     # One candidate: the eight trials rescue plane models stuck in a bad geometry; this wider
     # model does not stall, and one run costs an eighth.
