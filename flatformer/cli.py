@@ -75,14 +75,27 @@ def training_progress(total_steps: int, label: str):
     return progress, callback
 
 
-def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets):
+def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets,
+              corpus=None, tokenizer=None):
+    """The training job the command line describes, and its output folder."""
     import dataclasses
 
     from .config import PRESETS, ModelConfig, preset
     from .tasks import get_task
+    from .tasks.corpus import CorpusTask
     from .train import Job, Recipe, get_recipe
-    task = get_task(task_name)
-    overrides = parse_sets(sets)
+    if corpus is not None and task_name is not None:
+        raise FlatformerError("give a task name or --corpus FILE, not both")
+    if corpus is None and tokenizer is not None:
+        raise FlatformerError("--tokenizer goes with --corpus FILE")
+    if corpus is not None:
+        task = CorpusTask.from_file(corpus, tokenizer or "word")
+    elif task_name is None:
+        raise FlatformerError("give a task name (flatformer tasks lists them) or --corpus FILE")
+    else:
+        task = get_task(task_name)
+    # The task's own settings (a second layer, fewer steps) go under the user's --set.
+    overrides = {**task.defaults, **parse_sets(sets)}
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
     recipe_fields = {f.name for f in dataclasses.fields(Recipe)}
     unknown = sorted(set(overrides) - model_fields - recipe_fields - {"data_seed"})
@@ -102,14 +115,16 @@ def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets):
                                             if k in recipe_fields})
     except TypeError as exc:
         raise FlatformerError(f"--set: {exc}") from None
+    task.check_config(cfg)
     seed_list = parse_seeds(seed, seeds)
     if out_dir is None:
-        out_dir = Path("runs") / (task.name if seed_list else f"{task.name}-seed{seed}")
+        stem = Path(corpus).stem if corpus is not None else task.name
+        out_dir = Path("runs") / (stem if seed_list else f"{stem}-seed{seed}")
     if seed_list:
         dirs = [Path(out_dir) / f"seed_{s}" for s in seed_list]
     else:
         seed_list, dirs = [seed], [Path(out_dir)]
-    extra = {"preset": preset_name, "recipe_name": recipe_name}
+    extra = {"preset": preset_name, "recipe_name": recipe_name, **task.config_extra()}
     return Job(task, cfg, recipe, seed_list, dirs, int(overrides.get("data_seed", 0)), extra), out_dir
 
 
@@ -128,14 +143,19 @@ def tasks():
     table = Table("task", "vocab", "default preset", "rule error", "what it asks")
     for name, cls in sorted(TASKS.items()):
         task = cls()
-        table.add_row(name, str(len(task.vocab)), task.default_preset, task.measured or "-",
+        table.add_row(name, str(len(task.vocab)), task.model_label(), task.measured or "-",
                       task.describe())
     out.print(table)
 
 
 @app.command()
 def train(
-    task: str = typer.Argument(..., help="Task name (see `flatformer tasks`)."),
+    task: Optional[str] = typer.Argument(None, help="Task name (see `flatformer tasks`); "
+                                         "omit it with --corpus."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Train on your own text file "
+                                          "instead (see `flatformer corpus FILE`)."),
+    tokenizer: Optional[str] = typer.Option(None, help="With --corpus: word (split at "
+                                            "whitespace) or char [word]."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Run folder [runs/TASK-seedS]."),
     steps: Optional[int] = typer.Option(None, help="Training steps [recipe's, 20000]."),
     seed: int = typer.Option(0, help="Seed naming the initialisation and batch order."),
@@ -148,14 +168,16 @@ def train(
 ):
     """Train a model on a task and write its run folder."""
     sets = list(sets or []) + ([f"steps={steps}"] if steps is not None else [])
-    job, folder = build_job(task, preset_name, recipe, seed, seeds, out_dir, sets)
+    job, folder = build_job(task, preset_name, recipe, seed, seeds, out_dir, sets, corpus,
+                            tokenizer)
     started = time.perf_counter()
     trainer = run_training(job, resume)
     finals = [m[-1] for m in trainer.metrics]
     seconds = time.perf_counter() - started
     if len(finals) == 1:
-        out.print(f"{folder}: step {finals[0]['step']}, held-out loss {finals[0]['val_loss']:.4f}, "
-                  f"rule error {finals[0]['rule_error']:.2%} ({seconds:.1f} s)")
+        out.print(f"{folder}: step {finals[0]['step']}, training loss "
+                  f"{finals[0]['train_loss']:.4f}, held-out loss {finals[0]['val_loss']:.4f}, "
+                  f"rule error {finals[0]['rule_error']:.2%} ({seconds:.1f} s)", markup=False)
     else:
         learned = sum(f["rule_error"] <= 0.01 for f in finals)
         out.print(f"{folder}: {len(finals)} seeds, {learned} at rule error <= 1% "

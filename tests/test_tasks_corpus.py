@@ -129,3 +129,10 @@ def test_the_corpus_task_is_named_but_not_registered(tmp_path):
     with pytest.raises(FlatformerError, match="holds no corpus text"):
         task_for_run({"task": "corpus", "vocab": ["x"]})
     json.dumps(CorpusTask("a b c . " * 40, "word").config_extra())   # plain JSON
+
+
+def test_train_refuses_a_binary_corpus_in_one_line(tmp_path):
+    path = tmp_path / "random.bin"
+    path.write_bytes(np.random.default_rng(0).bytes(1_000_000))
+    result = cli("train", "--corpus", path, "--out", tmp_path / "run")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "binary" in result.stderr
