@@ -55,12 +55,13 @@ def training_progress(total_steps: int, label: str):
     progress = Progress(TextColumn("{task.description}"), BarColumn(),
                         TextColumn("step {task.completed:>6.0f}/{task.total:.0f}"),
                         TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=console, transient=False)
+                        TimeRemainingColumn(), console=console)
     bar = progress.add_task(label, total=total_steps, info="")
 
     def callback(trainer):
         if trainer.step % 100 and trainer.step != total_steps:
             return
+        progress.start()  # on the first report, so that a refused folder shows only its error
         info = ""
         rows = [m[-1] for m in trainer.metrics if m]
         if rows:
@@ -125,15 +126,20 @@ def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets,
     else:
         seed_list, dirs = [seed], [Path(out_dir)]
     extra = {"preset": preset_name, "recipe_name": recipe_name, **task.config_extra()}
-    return Job(task, cfg, recipe, seed_list, dirs, int(overrides.get("data_seed", 0)), extra), out_dir
+    data_seed = overrides.get("data_seed", 0)
+    if not isinstance(data_seed, int) or isinstance(data_seed, bool) or data_seed < 0:
+        raise FlatformerError(f"--set: data_seed must be a whole number >= 0, got {data_seed!r}")
+    return Job(task, cfg, recipe, seed_list, dirs, data_seed, extra), out_dir
 
 
 def run_training(job, resume: bool):
     from .train import train
     label = job.task.name if len(job.seeds) == 1 else f"{job.task.name} x{len(job.seeds)} seeds"
     progress, callback = training_progress(job.recipe.steps, label)
-    with progress:
+    try:
         return train(job, resume=resume, progress=callback)
+    finally:
+        progress.stop()
 
 
 @app.command()
@@ -158,7 +164,7 @@ def train(
                                             "whitespace) or char [word]."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Run folder [runs/TASK-seedS]."),
     steps: Optional[int] = typer.Option(None, help="Training steps [recipe's, 20000]."),
-    seed: int = typer.Option(0, help="Seed naming the initialisation and batch order."),
+    seed: int = typer.Option(0, min=0, help="Seed naming the initialisation and batch order."),
     seeds: Optional[str] = typer.Option(None, help="Train seeds A-B together, one folder each."),
     preset_name: Optional[str] = typer.Option(None, "--preset", help="Model preset [task's]."),
     recipe: str = typer.Option("default", help="Recipe: default or paper."),
@@ -205,7 +211,7 @@ def gradcheck(preset_name: str = typer.Option("paper-2d", "--preset", help="Mode
     """Check the hand-written gradient against central differences; fail above 1e-6."""
     from .config import preset
     from .gradcheck import gradcheck as check
-    cfg = preset(preset_name, vocab, **({"n_layers": layers} if layers else {}))
+    cfg = preset(preset_name, vocab, **({"n_layers": layers} if layers is not None else {}))
     worst = check(cfg)
     table = Table("tensor", "worst relative error")
     for name, err in worst.items():
@@ -248,6 +254,10 @@ def main():
         app()
     except FlatformerError as exc:
         console.print(f"flatformer: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except OSError as exc:
+        console.print(f"flatformer: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
+                      markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         console.print("flatformer: interrupted (a training run continues with --resume)")

@@ -72,8 +72,10 @@ class Corpus:
         start = np.maximum(self.starts[seq], pos - n_ctx)
         seen = self.allowed_source[pos] >= start
         pos, start = pos[seen], start[seen]
-        inputs = self.tokens[start[:, None] + np.arange(n_ctx)]
-        return inputs, pos - 1 - start, self.target[pos], self.allowed[pos]
+        # Near the end of the corpus a window may run past it; positions after the prediction
+        # cannot change it (causal attention), so they repeat its last input.
+        idx = np.minimum(start[:, None] + np.arange(n_ctx), (pos - 1)[:, None])
+        return self.tokens[idx], pos - 1 - start, self.target[pos], self.allowed[pos]
 
 
 @dataclass

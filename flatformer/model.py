@@ -22,7 +22,8 @@ GELU_C = math.sqrt(2.0 / math.pi)
 LN_EPS = 1e-5
 
 
-def _keep_freed_memory():
+@lru_cache(maxsize=None)
+def keep_freed_memory():
     """Ask glibc to keep freed blocks for reuse instead of handing them back to the OS.
 
     The engine allocates the same few-hundred-kilobyte activations every step; by default glibc
@@ -37,9 +38,6 @@ def _keep_freed_memory():
         libc.mallopt(-3, 64 << 20)    # M_MMAP_THRESHOLD: serve blocks below 64 MB from the heap
     except (OSError, AttributeError):
         pass  # not glibc: nothing to tune
-
-
-_keep_freed_memory()
 
 
 class Params:

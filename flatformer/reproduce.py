@@ -33,7 +33,9 @@ def prepare_folder(out_dir: Path, wanted: dict, force: bool) -> bool:
     if not force:
         raise FlatformerError(f"{out_dir} holds a different run; pass --force to replace it or "
                               f"choose another --out")
-    shutil.rmtree(out_dir)
+    shutil.rmtree(Path(out_dir) / "run")  # only what reproduce wrote: other files stay
+    for name in ("analysis.json", "report.html"):
+        (Path(out_dir) / name).unlink(missing_ok=True)
     return False
 
 

@@ -16,7 +16,7 @@ from .config import ModelConfig
 from .data import TaskData
 from .evaluate import evaluate
 from .errors import FlatformerError
-from .model import Params, backward, cross_entropy, forward, init_params
+from .model import Params, backward, cross_entropy, forward, init_params, keep_freed_memory
 from .optim import AdamW
 from .runs import atomic_write, checkpoint_path, read_checkpoint, read_metrics, save_checkpoint
 from .tasks.base import Task
@@ -44,6 +44,21 @@ class Recipe:
     checkpoint_every: int = 100
 
     def __post_init__(self):
+        whole = ("steps", "batch_size", "candidates", "select_step", "eval_every",
+                 "checkpoint_every")
+        for name in whole:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise FlatformerError(f"recipe: {name} must be a whole number, got {value!r}")
+        for name in ("lr", "min_lr_ratio", "eps", "weight_decay", "embed_init_scale"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise FlatformerError(f"recipe: {name} must be a number, got {value!r}")
+        if (not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2
+                or not all(isinstance(b, (int, float)) for b in self.betas)):
+            raise FlatformerError(f"recipe: betas must be two numbers, got {self.betas!r}")
+        if self.schedule not in ("constant", "cosine"):
+            raise FlatformerError("recipe: schedule must be constant or cosine")
         checks = [
             (self.steps >= 1, "steps must be >= 1"),
             (self.batch_size >= 1, "batch_size must be >= 1"),
@@ -85,7 +100,7 @@ class Recipe:
         unknown = sorted(set(data) - known)
         if unknown:
             raise FlatformerError(f"recipe: unknown field(s) {', '.join(unknown)}")
-        if "betas" in data:
+        if isinstance(data.get("betas"), list):
             data = {**data, "betas": tuple(data["betas"])}
         return cls(**data)
 
@@ -109,9 +124,18 @@ RECIPES: dict[str, Recipe] = {
 
 
 def get_recipe(name: str, **overrides) -> Recipe:
+    """A named recipe with field overrides. A run shorter than the recipe's selection step
+    chooses its candidate at the last checkpoint before its middle (or tries just one)."""
     if name not in RECIPES:
         raise FlatformerError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
-    return Recipe.from_dict({**RECIPES[name].to_dict(), **overrides})
+    data = {**RECIPES[name].to_dict(), **overrides}
+    steps, every = data["steps"], data["checkpoint_every"]
+    if ("select_step" not in overrides and data["candidates"] > 1 and isinstance(steps, int)
+            and isinstance(every, int) and every > 0 and data["select_step"] > steps // 2):
+        data["select_step"] = min(data["select_step"], steps // 2 // every * every)
+        if data["select_step"] == 0:
+            data["candidates"] = 1
+    return Recipe.from_dict(data)
 
 
 class Diverged(FlatformerError):
@@ -147,6 +171,7 @@ class Trainer:
 
     def __init__(self, job: Job, data: TaskData, progress: Callable | None = None):
         self.job, self.data, self.progress = job, data, progress
+        keep_freed_memory()
         r = job.recipe
         self.members = [(s, c) for s in job.seeds for c in range(r.candidates)]
         rngs = [np.random.default_rng([s, c]) for s, c in self.members]

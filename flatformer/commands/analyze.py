@@ -144,7 +144,7 @@ def generate(
     temperature: float = typer.Option(1.0, help="Softmax temperature; 0 is greedy."),
     top_k: Optional[int] = typer.Option(None, help="Keep only the k likeliest tokens."),
     top_p: Optional[float] = typer.Option(None, help="Keep the likeliest tokens up to mass p."),
-    seed: int = typer.Option(0, help="Seed of the sampler's random draws."),
+    seed: int = typer.Option(0, min=0, help="Seed of the sampler's random draws."),
     greedy: bool = typer.Option(False, help="Always take the likeliest token."),
     step: Optional[int] = typer.Option(None, help="Checkpoint step [last]."),
     head_off: Optional[List[str]] = typer.Option(None, help="Switch head LAYER.HEAD off "

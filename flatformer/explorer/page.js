@@ -105,7 +105,7 @@
     num("n", (v) => Number.isInteger(v) && v >= 1 && v <= 64);
     if (params.has("cell")) {
       const [l, hd, q, k] = params.get("cell").split(".").map(Number);
-      if ([l, hd, q, k].every(Number.isInteger) && l < L && hd < H && q < s.seq.length && k <= q && k >= 0) s.cell = {l, h: hd, q, k};
+      if ([l, hd, q, k].every(x => Number.isInteger(x) && x >= 0) && l < L && hd < H && q < s.seq.length && k <= q && k >= 0) s.cell = {l, h: hd, q, k};
       else problems.push("cell");
     }
     return {state: s, problems};

@@ -126,7 +126,9 @@ def join_mp4(parts: list[Path], out: Path):
         return
     import imageio_ffmpeg
     listing = out.with_name(out.name + ".parts.txt")
-    listing.write_text("".join(f"file '{p.resolve()}'\n" for p in parts))
+    # ffmpeg's concat list quotes with ': a ' inside a path is written '\''
+    listing.write_text("".join("file '" + str(p.resolve()).replace("'", "'\\''") + "'\n"
+                               for p in parts))
     tmp = out.with_name(out.stem + ".tmp.mp4")
     cmd = [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-f", "concat",
            "-safe", "0", "-i", str(listing), "-c", "copy", "-movflags", "+faststart", str(tmp)]
@@ -135,7 +137,7 @@ def join_mp4(parts: list[Path], out: Path):
     if result.returncode:
         tmp.unlink(missing_ok=True)
         raise FlatformerError(f"ffmpeg could not join the parts of {out.name}: "
-                              f"{result.stderr.strip().splitlines()[-1:]}")
+                              f"{(result.stderr.strip().splitlines() or ['?'])[-1]}")
     os.replace(tmp, out)
     for part in parts:
         part.unlink()
