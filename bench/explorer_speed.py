@@ -76,6 +76,7 @@ def main():
                                      Path(tmp) / "paper", [])
             train(job)
         run = load_run(run_dir)
+        n_checkpoints = len(run.steps)   # read now: a temporary run folder is gone by the report
         page_file = Path(tmp) / "explorer.html"
         page_file.write_text(render_html(run), encoding="utf-8")
         size = page_file.stat().st_size
@@ -111,7 +112,7 @@ def main():
     s_med, s_p90 = median_and_p90(timing["script"])
     l_med, l_p90 = median_and_p90(timing["layout"])
     print(f"explorer speed: {run.cfg.n_params}-parameter {run.config.get('preset')} model, "
-          f"{len(run.steps)} checkpoints, {size / 1e6:.2f} MB page, Chromium {version}, "
+          f"{n_checkpoints} checkpoints, {size / 1e6:.2f} MB page, Chromium {version}, "
           f"machine load {load:.1f} on {os.cpu_count()} cores")
     print(f"  navigation to ready ({args.loads} cold loads): median {r_med:.0f} ms, "
           f"worst {r_max:.0f} ms (budget 1000 ms)")
