@@ -7,7 +7,6 @@ and the same model in a plain eager PyTorch loop, measured in the same process.
 import argparse
 import time
 
-import numpy as np
 import torch
 
 from flatformer.config import preset

@@ -1,8 +1,6 @@
 """`flatformer analyze` and `flatformer generate` end to end."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -10,20 +8,9 @@ import pytest
 from flatformer.analysis.circuits import circuit_table
 from flatformer.evaluate import evaluate_run
 from flatformer.runs import load_run
+from clitools import assert_one_line_error, cli
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "flatformer", *map(str, args)],
-                          capture_output=True, text=True)
-
-
-def assert_one_line_error(result, *words):
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr + result.stdout
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    for word in words:
-        assert word in lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -3,25 +3,12 @@
 import json
 import pickle
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from clitools import assert_one_line_error, cli
 
 
-def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "flatformer", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd)
-
-
-def assert_one_line_error(result, *words):
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr + result.stdout
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    for word in words:
-        assert word in lines[0]
 
 
 def test_eval_json_reports_the_final_rule_error(paper_run):

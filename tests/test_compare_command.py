@@ -1,8 +1,6 @@
 """`flatformer compare` over a --seeds run: tables, summary.json, figures, one-line errors."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,11 +13,8 @@ from flatformer.compare_figures import (draw_embedding_grid, draw_invariants,
                                         draw_landscape_grid, draw_rule_errors, structure_matrix)
 from flatformer.errors import FlatformerError
 from flatformer.evaluate import evaluate_run
+from clitools import assert_one_line_error, cli
 
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "flatformer", *map(str, args)],
-                          capture_output=True, text=True)
 
 
 def invoke(*args):
@@ -27,14 +22,6 @@ def invoke(*args):
     load_commands()
     return CliRunner().invoke(app, [str(a) for a in args])
 
-
-def assert_one_line_error(result, *words):
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr + result.stdout
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    for word in words:
-        assert word in lines[0]
 
 
 @pytest.fixture(scope="module")

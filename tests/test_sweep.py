@@ -2,7 +2,6 @@
 finishes only what is missing."""
 
 import ipaddress
-import json
 import os
 import signal
 import subprocess

@@ -1,13 +1,12 @@
 """`flatformer sweep` on the command line: a summary table, and bad input answered in one line."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from flatformer.errors import FlatformerError
 from flatformer.sweep import expand, load_sweep, read_results
+from clitools import assert_one_line_error, cli
 
 GOOD = """
 tasks = ["plus-last-even"]
@@ -20,19 +19,6 @@ candidates = 1
 """
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "flatformer", *map(str, args)],
-                          capture_output=True, text=True)
-
-
-def assert_one_line_error(result, *words):
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr + result.stdout
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("flatformer: error: ")
-    for word in words:
-        assert word in lines[0], lines[0]
 
 
 def test_sweep_prints_a_summary_and_reruns_nothing(tmp_path):

@@ -1,7 +1,6 @@
 """The trainer: PyTorch's AdamW step for step, determinism, resume, batched seeds, NaN."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
