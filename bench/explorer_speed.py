@@ -70,7 +70,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = args.run
         if run_dir is None:
-            from flatformer.cli import build_job
+            from flatformer.jobs import build_job
             from flatformer.train import train
             job, run_dir = build_job("plus-last-even", None, "default", 0, None,
                                      Path(tmp) / "paper", [])

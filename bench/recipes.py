@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flatformer.cli import build_job
+from flatformer.jobs import build_job
 from flatformer.train import train
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flatformer.cli import build_job
+from flatformer.jobs import build_job
 from flatformer.data import TaskData
 from flatformer.tasks import TASKS, get_task
 from flatformer.train import train

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from .errors import FlatformerError
+from .jobs import build_job
 
 app = typer.Typer(
     help="flatformer: train a transformer small enough to see through, then look inside it.",
@@ -21,33 +22,6 @@ app = typer.Typer(
     rich_markup_mode=None)
 console = Console(stderr=True)
 out = Console()
-
-
-def parse_sets(pairs: list[str]) -> dict:
-    """`key=value` pairs; values are read as JSON when they parse (numbers, true, [..])."""
-    result = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise FlatformerError(f"--set takes key=value, got {pair!r}")
-        try:
-            result[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            result[key.strip()] = value
-    return result
-
-
-def parse_seeds(seed: int, seeds: str | None) -> list[int] | None:
-    if seeds is None:
-        return None
-    lo, sep, hi = seeds.partition("-")
-    try:
-        first, last = int(lo), int(hi) if sep else int(lo)
-    except ValueError:
-        raise FlatformerError(f"--seeds takes a range like 0-63, got {seeds!r}") from None
-    if first < 0 or last < first:
-        raise FlatformerError(f"--seeds range {seeds!r} is empty or negative")
-    return list(range(first, last + 1))
 
 
 def training_progress(total_steps: int, label: str):
@@ -74,62 +48,6 @@ def training_progress(total_steps: int, label: str):
                         f"median rule error {sorted(errors)[len(errors) // 2]:.1%}")
         progress.update(bar, completed=trainer.step, info=info)
     return progress, callback
-
-
-def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets,
-              corpus=None, tokenizer=None):
-    """The training job the command line describes, and its output folder."""
-    import dataclasses
-
-    from .config import PRESETS, ModelConfig, preset
-    from .tasks import get_task
-    from .tasks.corpus import CorpusTask
-    from .train import Job, Recipe, get_recipe
-    if corpus is not None and task_name is not None:
-        raise FlatformerError("give a task name or --corpus FILE, not both")
-    if corpus is None and tokenizer is not None:
-        raise FlatformerError("--tokenizer goes with --corpus FILE")
-    if corpus is not None:
-        task = CorpusTask.from_file(corpus, tokenizer or "word")
-    elif task_name is None:
-        raise FlatformerError("give a task name (flatformer tasks lists them) or --corpus FILE")
-    else:
-        task = get_task(task_name)
-    # The task's own settings (a second layer, fewer steps) go under the user's --set.
-    overrides = {**task.defaults, **parse_sets(sets)}
-    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    recipe_fields = {f.name for f in dataclasses.fields(Recipe)}
-    unknown = sorted(set(overrides) - model_fields - recipe_fields - {"data_seed"})
-    if unknown:
-        raise FlatformerError(f"--set: unknown key {unknown[0]!r}; model keys: "
-                              f"{', '.join(sorted(model_fields - {'d_vocab'}))}; recipe keys: "
-                              f"{', '.join(sorted(recipe_fields))}")
-    if "d_vocab" in overrides:
-        raise FlatformerError("--set: d_vocab comes from the task's vocabulary")
-    preset_name = preset_name or task.default_preset
-    if preset_name not in PRESETS:
-        raise FlatformerError(f"unknown preset {preset_name!r}; choose one of {', '.join(PRESETS)}")
-    try:
-        cfg = preset(preset_name, len(task.vocab),
-                     **{k: v for k, v in overrides.items() if k in model_fields})
-        recipe = get_recipe(recipe_name, **{k: v for k, v in overrides.items()
-                                            if k in recipe_fields})
-    except TypeError as exc:
-        raise FlatformerError(f"--set: {exc}") from None
-    task.check_config(cfg)
-    seed_list = parse_seeds(seed, seeds)
-    if out_dir is None:
-        stem = Path(corpus).stem if corpus is not None else task.name
-        out_dir = Path("runs") / (stem if seed_list else f"{stem}-seed{seed}")
-    if seed_list:
-        dirs = [Path(out_dir) / f"seed_{s}" for s in seed_list]
-    else:
-        seed_list, dirs = [seed], [Path(out_dir)]
-    extra = {"preset": preset_name, "recipe_name": recipe_name, **task.config_extra()}
-    data_seed = overrides.get("data_seed", 0)
-    if not isinstance(data_seed, int) or isinstance(data_seed, bool) or data_seed < 0:
-        raise FlatformerError(f"--set: data_seed must be a whole number >= 0, got {data_seed!r}")
-    return Job(task, cfg, recipe, seed_list, dirs, data_seed, extra), out_dir
 
 
 def run_training(job, resume: bool):

@@ -41,7 +41,8 @@ def prepare_folder(out_dir: Path, wanted: dict, force: bool) -> bool:
 
 def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console: Console,
               sets: list[str] | None = None):
-    from .cli import build_job, run_training
+    from .cli import run_training
+    from .jobs import build_job
     from .commands.animate import write_movies
     from .commands.figures import draw_suite
     from .explorer.export import export_run

@@ -83,10 +83,10 @@ def load_sweep(path) -> dict:
 def expand(sweep: dict, out_dir) -> list[dict]:
     """Every job of the sweep, in the order of its axes: plain dicts (they travel to worker
     processes and Ray tasks, and into done.json). Each is checked by building its Job."""
-    from .cli import parse_seeds
+    from .jobs import parse_seeds
     from .tasks import get_task
     try:
-        seeds = parse_seeds(0, str(sweep["seeds"]))
+        seeds = parse_seeds(str(sweep["seeds"]))
     except FlatformerError:
         raise FlatformerError(f'seeds must be a range like "0-63", '
                               f'got {sweep["seeds"]!r}') from None
@@ -138,7 +138,7 @@ def _label(pairs: list[str]) -> str:
 
 
 def _build(job: dict):
-    from .cli import build_job
+    from .jobs import build_job
     first, last = job["seeds"]
     return build_job(job["task"], job["preset"], job["recipe"], 0, f"{first}-{last}",
                      Path(job["folder"]), job["sets"])

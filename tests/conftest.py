@@ -24,7 +24,7 @@ def cfg(request):
 def make_run(folder, task="plus-last-even", preset_name=None, recipe="default", seeds=None,
              **sets):
     """Train a run into `folder` (one seed, or a --seeds folder) and return its path."""
-    from flatformer.cli import build_job
+    from flatformer.jobs import build_job
     from flatformer.train import train
     pairs = [f"{k}={v}" for k, v in sets.items()]
     job, out = build_job(task, preset_name, recipe, 0, seeds, folder, pairs)

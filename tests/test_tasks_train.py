@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from flatformer.analysis.sampling import generate
-from flatformer.cli import build_job
+from flatformer.jobs import build_job
 from flatformer.model import Params, cross_entropy, forward
 from flatformer.runs import load_run
 from flatformer.tasks import TASKS, get_task
