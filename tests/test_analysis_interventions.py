@@ -8,19 +8,13 @@ import pytest
 from flatformer.analysis.interventions import (
     combine, head_means, kl_divergence, knob_kls, mean_head, mlp_off, next_token_logits, patch,
     patching_sweep, positions_off, scale_scores, standard_knobs, zero_head)
-from flatformer.config import preset
 from flatformer.errors import FlatformerError
 from flatformer.model import init_params
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
 
-CONFIGS = {
-    "paper-2d": preset("paper-2d", 12),
-    "simulator-16d": preset("simulator-16d", 28),
-    "2-layer": preset("paper-2d-2layer", 12),
-    "2-layer-ln-bias": preset("simulator-16d", 20, n_layers=2, qkv_bias=True,
-                              unembed_bias=True),
-}
+from conftest import CONFIGS
+
 
 
 @pytest.fixture(params=list(CONFIGS))

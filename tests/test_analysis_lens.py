@@ -10,14 +10,9 @@ from flatformer.model import init_params
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
 
-CONFIGS = {
-    "paper-2d": preset("paper-2d", 12),
-    "simulator-16d": preset("simulator-16d", 28),
-    "2-layer": preset("paper-2d-2layer", 12),
-    "2-layer-ln-bias": preset("simulator-16d", 20, n_layers=2, qkv_bias=True,
-                              unembed_bias=True),
-    "4d-2head": preset("small-4d-2head", 12),
-}
+from conftest import CONFIGS
+
+CONFIGS = {**CONFIGS, "4d-2head": preset("small-4d-2head", 12)}
 
 
 @pytest.fixture(params=list(CONFIGS))

@@ -10,7 +10,7 @@ import numpy as np
 from . import compute as C
 from . import style
 from .context import FigureContext
-from .panels import (cmap, colorbar, field_image, footnote, new_figure, plane_axes, styled,
+from .panels import (cmap, colorbar, field_image, finish, new_figure, plane_axes, styled,
                      symmetric, token_points)
 
 
@@ -80,10 +80,7 @@ def draw_qk_space(data: QKSpace, fig=None):
     colorbar(fig, image, ax_focus, "q · k / √d_head")
     ax_focus.set_title(f"(b) query {style.point_text(data.vocab[data.focus], data.focus_position)}"
                        f" and every key (gray: masked)")
-    if data.note:
-        footnote(fig, data.note)
-    fig.suptitle(f"Query/key space: {data.title}", fontsize=8)
-    return fig
+    return finish(fig, data.note, f"Query/key space: {data.title}", fontsize=8)
 
 
 @dataclass

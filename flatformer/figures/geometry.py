@@ -10,7 +10,7 @@ import numpy as np
 from . import compute as C
 from . import style
 from .context import FigureContext
-from .panels import (backdrop, colorbar, footnote, heatmap, new_figure, plane_axes, styled,
+from .panels import (backdrop, colorbar, finish, footnote, heatmap, new_figure, plane_axes, styled,
                      token_points)
 
 SPACES = ("query", "key", "value")
@@ -155,11 +155,9 @@ def draw_qkv(data: QKVFigure, fig=None):
                      emptiest_corner(data.spaces[name], data.limits[name]))
         for spine in ax.spines.values():
             spine.set_edgecolor(SPACE_COLORS[name])
-    if data.note:
-        footnote(fig, data.note)
-    fig.suptitle(f"Queries, keys and values of all combined embeddings: {data.title}",
-                 fontsize=8)
-    return fig
+    return finish(fig, data.note,
+                  f"Queries, keys and values of all combined embeddings: {data.title}",
+                  fontsize=8)
 
 
 @dataclass
@@ -237,8 +235,6 @@ def draw_qkv_dimensions(data: QKVDimensions, fig=None):
             ax.set_title(f"{name}, {axis or 'dim 1'}", color=SPACE_COLORS[name])
             ax.set_xlabel("position", labelpad=1)
         colorbar(fig, image, list(row))
-    if data.note:
-        footnote(fig, data.note)
-    fig.suptitle(f"Query, key and value coordinates per token and position: {data.title}",
-                 fontsize=8)
-    return fig
+    return finish(fig, data.note,
+                  f"Query, key and value coordinates per token and position: {data.title}",
+                  fontsize=8)

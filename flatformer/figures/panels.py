@@ -190,6 +190,14 @@ def field_image(ax, fld, vmax=None, alpha: float = 1.0):
                      aspect="equal")
 
 
+def finish(fig, note: str, *title_args, **title_kwargs):
+    """The figure with its footnote (if any) and its title, ready to return."""
+    if note:
+        footnote(fig, note)
+    fig.suptitle(*title_args, **title_kwargs)
+    return fig
+
+
 def footnote(fig, text: str):
     """A small gray remark under the figure (which block or head is shown, what a background
     means); constrained layout keeps room for it."""

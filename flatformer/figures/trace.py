@@ -11,7 +11,7 @@ from . import compute as C
 from . import style
 from .context import FigureContext
 from .panels import (argmax_image, backdrop, colorbar, field_image, heatmap, new_figure,
-                     footnote, plane_axes, styled, symmetric)
+                     finish, plane_axes, styled, symmetric)
 
 
 def seq_keys(ctx: FigureContext) -> list[tuple[str, int]]:
@@ -134,10 +134,7 @@ def draw_trace_qk(data: TraceQK, fig=None):
     plane_axes(ax, data.limits, data.plane, "Q/K")
     ax.legend(loc="lower left", frameon=False, handletextpad=0.2)
     ax.set_title("the sequence's queries and keys over all points (gray)")
-    if data.note:
-        footnote(fig, data.note)
-    fig.suptitle(f"Trace, step 2, queries and keys: {data.title}", fontsize=8)
-    return fig
+    return finish(fig, data.note, f"Trace, step 2, queries and keys: {data.title}", fontsize=8)
 
 
 # --------------------------------------------------------------------------- fig13
@@ -212,11 +209,9 @@ def draw_trace_attention(data: TraceAttention, fig=None):
         ax.set_xlabel("key", labelpad=1)
         ax.set_ylabel("query", labelpad=1)
         ax.tick_params(axis="x", labelrotation=90)
-    if data.note:
-        footnote(fig, data.note)
-    fig.suptitle(f"Trace, step 3, attention (keys after the query hidden, gray): {data.title}",
-                 fontsize=8)
-    return fig
+    return finish(fig, data.note,
+                  f"Trace, step 3, attention (keys after the query hidden, gray): {data.title}",
+                  fontsize=8)
 
 
 # --------------------------------------------------------------------------- fig14
@@ -272,10 +267,8 @@ def draw_trace_values(data: TraceValues, fig=None):
     plane_axes(ax, C.square_limits(data.all_v, data.z_2d), data.plane, "value")
     ax.legend(loc="lower left", frameon=False, handletextpad=0.2, fontsize=5.5)
     ax.set_title("values and their weighted sums (arrow: v_i to A v at i)")
-    if data.note:
-        footnote(fig, data.note)
-    fig.suptitle(f"Trace, step 4, values and attention output: {data.title}", fontsize=8)
-    return fig
+    return finish(fig, data.note,
+                  f"Trace, step 4, values and attention output: {data.title}", fontsize=8)
 
 
 # --------------------------------------------------------------------------- fig15
@@ -355,10 +348,8 @@ def draw_trace_nudge(data: TraceNudge, fig=None):
     ax_text.axis("off")
     ax_text.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=6.5,
                  transform=ax_text.transAxes, linespacing=1.5)
-    if data.note:
-        footnote(fig, data.note)
-    fig.suptitle(f"Trace, step 5, the nudge (bold: the focus token): {data.title}", fontsize=8)
-    return fig
+    return finish(fig, data.note,
+                  f"Trace, step 5, the nudge (bold: the focus token): {data.title}", fontsize=8)
 
 
 # --------------------------------------------------------------------------- supplementary
@@ -419,11 +410,9 @@ def draw_attention_matrices(data: AttentionMatrices, fig=None):
             ax.set_yticks([])
         for ax in row[1:2]:
             ax.set_yticks([])
-    if data.note:
-        footnote(fig, data.note)
-    fig.suptitle(f"Attention and read-out for three sequences (rows: positions): {data.title}",
-                 fontsize=8)
-    return fig
+    return finish(fig, data.note,
+                  f"Attention and read-out for three sequences (rows: positions): {data.title}",
+                  fontsize=8)
 
 
 @dataclass
@@ -494,8 +483,6 @@ def draw_value_arrows(data: ValueArrows, fig=None):
     moved_limits = C.square_limits(origin, data.moved)
     for a, lim in zip(axes, (data.limits, moved_limits, data.limits)):
         plane_axes(a, lim, data.plane)
-    if data.note:
-        footnote(fig, data.note)
-    fig.suptitle(f"Value arrows at {len(data.targets)} held-out constrained predictions "
-                 f"(colour: the rule's target): {data.title}", fontsize=8)
-    return fig
+    return finish(fig, data.note,
+                  f"Value arrows at {len(data.targets)} held-out constrained predictions "
+                  f"(colour: the rule's target): {data.title}", fontsize=8)
