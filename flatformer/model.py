@@ -176,6 +176,14 @@ def activation(cfg: ModelConfig, pre):
     return 0.5 * pre * (1.0 + np.tanh(GELU_C * (pre + 0.044715 * pre ** 3)))
 
 
+def activation_grad(cfg: ModelConfig, pre):
+    """d activation / d pre, elementwise."""
+    if cfg.act_fn == "relu":
+        return (pre > 0).astype(pre.dtype)
+    t = np.tanh(GELU_C * (pre + 0.044715 * pre ** 3))
+    return 0.5 * (1 + t) + 0.5 * pre * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * pre * pre)
+
+
 @lru_cache(maxsize=None)
 def causal_mask(T: int) -> np.ndarray:
     return np.tril(np.ones((T, T), dtype=bool))

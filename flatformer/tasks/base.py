@@ -55,6 +55,12 @@ class Task:
         mask[np.flatnonzero(forced), target[forced]] = True
         return mask, np.where(forced, source, -1)
 
+    def corrupt(self, inputs: np.ndarray, index: np.ndarray, rng: np.random.Generator):
+        """Corrupted copies of rule windows (W, T) whose prediction is at `index` (W,), for
+        resample ablation and path patching: (corrupt inputs, the rule's target in each
+        corrupt window). None when the task declares no corruption (the default)."""
+        return None
+
     def check_config(self, cfg) -> None:
         """Raise FlatformerError when the model config cannot serve this task (default: any)."""
 

@@ -7,6 +7,7 @@ import numpy as np
 from .base import Task, recent_target
 
 PLUS = 11
+EVEN = np.array([i % 2 == 0 for i in range(11)] + [False])
 
 
 class PlusLastEven(Task):
@@ -49,5 +50,18 @@ class PlusLastEven(Task):
         return seq
 
     def rule(self, seq):
-        even = np.array([i % 2 == 0 for i in range(11)] + [False])
-        return recent_target(seq, PLUS, even)
+        return recent_target(seq, PLUS, EVEN)
+
+    def corrupt(self, inputs, index, rng):
+        """The even number the rule must retrieve (the last even before `index`) replaced by
+        another even number, uniformly: the corrupt target is the replacement."""
+        inputs = np.array(inputs)
+        rows = np.arange(len(inputs))
+        before = (np.arange(inputs.shape[1]) < np.asarray(index)[:, None]) & EVEN[inputs]
+        if not before.any(1).all():
+            raise ValueError("corrupt: a window has no even number before its prediction")
+        source = inputs.shape[1] - 1 - before[:, ::-1].argmax(1)
+        old = inputs[rows, source] // 2
+        new = 2 * ((old + rng.integers(1, 6, len(rows))) % 6)
+        inputs[rows, source] = new
+        return inputs, new

@@ -1,0 +1,235 @@
+"""The computational graph of a model as senders, receivers and edges, and the forward and
+backward passes with any set of edges ablated.
+
+Nodes (ACDC's, Conmy et al. 2023, "Towards Automated Circuit Discovery for Mechanistic
+Interpretability"): the token embedding `tok`, the position embedding `pos`, every attention
+head `aL.H`, every MLP `mL` and the `logits`. A head reads the residual stream three times, so it
+has three receivers `aL.H.q`, `aL.H.k`, `aL.H.v`; an MLP and the logits have one receiver each,
+named like the node. An edge `(sender, receiver)` is the sender's output as the receiver reads it
+through the residual stream, whose value at a receiver is the sum of the outputs of every node
+before it (our models have no final LayerNorm between the stream and W_U, so this is exact).
+
+Edge masks batch the ablations: a mask m (E, n_edges) gives E variants of the model, in which
+receiver r reads x_r = sum over its edges e = (s, r) of ref_s + m_e (out_s - ref_s), where out_s
+is the sender's output in that variant and ref_s its ablated value (zero, a mean, or its output
+on a corrupted prompt). m_e = 1 keeps the edge, 0 ablates it, and values in between lie on the
+straight line from the ablated to the clean activation (EAP-IG's path). Every edge's ablation is
+a row of one batched forward pass; `backward` gives d metric / d x_r for every receiver and
+d metric / d m_e for every edge in one pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import activation, activation_grad, causal_mask
+from ..transformer import Transformer
+
+LN_EPS = 1e-5
+
+
+def _ln(x, w, b):
+    """LayerNorm over the last axis: (x_hat, scale, output)."""
+    x = x - x.mean(-1, keepdims=True)
+    scale = np.sqrt((x * x).mean(-1, keepdims=True) + LN_EPS)
+    x_hat = x / scale
+    return x_hat, scale, x_hat * w + b
+
+
+def _ln_backward(dy, x_hat, scale, w):
+    dx_hat = dy * w
+    return (dx_hat - dx_hat.mean(-1, keepdims=True)
+            - x_hat * (dx_hat * x_hat).mean(-1, keepdims=True)) / scale
+
+
+@dataclass
+class Trace:
+    """What `EdgeGraph.forward` keeps for `backward`."""
+
+    masks: np.ndarray
+    refs: dict
+    edge_refs: dict = field(default_factory=dict)  # edge index -> its own ablated value
+    outs: dict = field(default_factory=dict)     # sender -> output (E or 1, B, T, d)
+    saved: dict = field(default_factory=dict)    # node -> intermediates
+    shape: tuple = ()                           # (E, B, T, d)
+    positions: tuple | None = None              # (rows, index) the logits were read at
+
+
+class EdgeGraph:
+    """The edge graph of one model (a `Transformer`), with edge-masked forward and backward."""
+
+    def __init__(self, model: Transformer):
+        cfg = model.cfg
+        self.cfg, self.t = cfg, model.tensors
+        self.mlp = [f"blocks.{L}.mlp.W_in" in self.t for L in range(cfg.n_layers)]
+        self.final_ln = "ln_final.w" in self.t
+        senders, receivers, edges = ["tok", "pos"], [], []
+        for L in range(cfg.n_layers):
+            heads = [f"a{L}.{h}" for h in range(cfg.n_heads)]
+            for head in heads:
+                for kind in "qkv":
+                    receivers.append(f"{head}.{kind}")
+                    edges += [(s, f"{head}.{kind}") for s in senders]
+            senders = senders + heads
+            if self.mlp[L]:
+                receivers.append(f"m{L}")
+                edges += [(s, f"m{L}") for s in senders]
+                senders = senders + [f"m{L}"]
+        receivers.append("logits")
+        edges += [(s, "logits") for s in senders]
+        self.senders, self.receivers, self.edges = senders, receivers, edges
+        self.nodes = senders + ["logits"]
+        self.into = {r: [(e, s) for e, (s, d) in enumerate(edges) if d == r] for r in receivers}
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.edges)
+
+    def edge_index(self, src: str, dst: str) -> int:
+        return self.edges.index((src, dst))
+
+    @staticmethod
+    def node_of(receiver: str) -> str:
+        """The node a receiver belongs to: `a0.1.q` -> `a0.1`; `m0` and `logits` are their own."""
+        return receiver[:-2] if receiver.endswith((".q", ".k", ".v")) else receiver
+
+    def zero_refs(self) -> dict:
+        return {s: np.zeros(self.cfg.d_model) for s in self.senders}
+
+    def _read(self, r, tr: Trace):
+        x = np.zeros(tr.shape)
+        for e, s in self.into[r]:
+            ref = tr.edge_refs.get(e, tr.refs[s])
+            x += ref + tr.masks[:, e, None, None, None] * (tr.outs[s] - ref)
+        return x
+
+    def forward(self, tokens, refs: dict, masks, positions=None,
+                edge_refs: dict | None = None) -> tuple[np.ndarray, Trace]:
+        """Logits of E variants: (E, B, T, V), or (E, B, V) at `positions` = (rows, index).
+
+        `tokens` (B, T); `refs` maps every sender to its ablated output, broadcastable to
+        (B, T, d); `masks` (E, n_edges), 1 = edge kept; `edge_refs` gives single edges an
+        ablated value of their own (path patching).
+        """
+        cfg, t = self.cfg, self.t
+        tokens = np.asarray(tokens)
+        B, T = tokens.shape
+        d, dh = cfg.d_model, cfg.d_head
+        masks = np.atleast_2d(np.asarray(masks, dtype=float))
+        tr = Trace(masks, refs, edge_refs or {}, shape=(len(masks), B, T, d))
+        tr.outs["tok"] = t["embed.W_E"][tokens][None]
+        tr.outs["pos"] = np.broadcast_to(t["pos_embed.W_pos"][:T], (1, B, T, d))
+        mask = causal_mask(T)
+        for L in range(cfg.n_layers):
+            b = f"blocks.{L}."
+            for h in range(cfg.n_heads):
+                head = f"a{L}.{h}"
+                saved, qkv = {}, []
+                for kind in "qkv":
+                    x = self._read(f"{head}.{kind}", tr)
+                    if cfg.normalization == "pre_ln":
+                        saved["ln_" + kind] = _ln(x, t[b + "ln1.w"], t[b + "ln1.b"])
+                        x = saved["ln_" + kind][2]
+                    y = x @ t[b + f"attn.W_{kind.upper()}"][h]
+                    if cfg.qkv_bias:
+                        y = y + t[b + f"attn.b_{kind.upper()}"][h]
+                    qkv.append(y)
+                q, k, v = qkv
+                scores = np.where(mask, q @ k.swapaxes(-1, -2) / math.sqrt(dh), -np.inf)
+                pattern = np.exp(scores - scores.max(-1, keepdims=True))
+                pattern /= pattern.sum(-1, keepdims=True)
+                z = pattern @ v
+                saved.update(q=q, k=k, v=v, pattern=pattern)
+                tr.saved[head] = saved
+                tr.outs[head] = self._head_out(z, L, h)
+            if self.mlp[L]:
+                x = self._read(f"m{L}", tr)
+                saved = {}
+                if cfg.normalization == "pre_ln":
+                    saved["ln"] = _ln(x, t[b + "ln2.w"], t[b + "ln2.b"])
+                    x = saved["ln"][2]
+                pre = x @ t[b + "mlp.W_in"] + t[b + "mlp.b_in"]
+                saved["pre"] = pre
+                tr.saved[f"m{L}"] = saved
+                tr.outs[f"m{L}"] = activation(cfg, pre) @ t[b + "mlp.W_out"] + t[b + "mlp.b_out"]
+        x = self._read("logits", tr)
+        if positions is not None:
+            tr.positions = positions
+            x = x[:, positions[0], positions[1]]
+        if self.final_ln:
+            tr.saved["logits"] = _ln(x, t["ln_final.w"], t["ln_final.b"])
+            x = tr.saved["logits"][2]
+        logits = x @ t["unembed.W_U"]
+        if "unembed.b_U" in t:
+            logits = logits + t["unembed.b_U"]
+        return logits, tr
+
+    def _head_out(self, z, L, h):
+        """What head h of layer L writes to the stream: z W_O, or z into its own slice."""
+        cfg = self.cfg
+        if cfg.attn_out:
+            return z @ self.t[f"blocks.{L}.attn.W_O"][h]
+        out = np.zeros((*z.shape[:-1], cfg.d_model))
+        out[..., h * cfg.d_head:(h + 1) * cfg.d_head] = z
+        return out
+
+    def backward(self, tr: Trace, dlogits) -> tuple[dict, np.ndarray]:
+        """Given d metric / d logits (shaped like `forward`'s logits): d metric / d x_r for every
+        receiver r, (E, B, T, d), and d metric / d m_e for every edge, (E, n_edges)."""
+        cfg, t = self.cfg, self.t
+        E, B, T, d = tr.shape
+        dh = cfg.d_head
+        grads, dmask = {}, np.zeros((E, self.n_edges))
+        dout = {s: np.zeros(tr.shape) for s in self.senders}
+
+        def send(r):
+            for e, s in self.into[r]:
+                dout[s] += tr.masks[:, e, None, None, None] * grads[r]
+                ref = tr.edge_refs.get(e, tr.refs[s])
+                dmask[:, e] = ((tr.outs[s] - ref) * grads[r]).sum((1, 2, 3))
+
+        dx = dlogits @ t["unembed.W_U"].T
+        if self.final_ln:
+            x_hat, scale, _ = tr.saved["logits"]
+            dx = _ln_backward(dx, x_hat, scale, t["ln_final.w"])
+        if tr.positions is not None:
+            full = np.zeros(tr.shape)
+            full[:, tr.positions[0], tr.positions[1]] = dx
+            dx = full
+        grads["logits"] = dx
+        send("logits")
+        mask = causal_mask(T)
+        for L in reversed(range(cfg.n_layers)):
+            b = f"blocks.{L}."
+            if self.mlp[L]:
+                saved = tr.saved[f"m{L}"]
+                dpre = (dout[f"m{L}"] @ t[b + "mlp.W_out"].T) * activation_grad(cfg, saved["pre"])
+                dx = dpre @ t[b + "mlp.W_in"].T
+                if cfg.normalization == "pre_ln":
+                    x_hat, scale, _ = saved["ln"]
+                    dx = _ln_backward(dx, x_hat, scale, t[b + "ln2.w"])
+                grads[f"m{L}"] = dx
+                send(f"m{L}")
+            for h in reversed(range(cfg.n_heads)):
+                head = f"a{L}.{h}"
+                saved = tr.saved[head]
+                if cfg.attn_out:
+                    dz = dout[head] @ t[b + "attn.W_O"][h].T
+                else:
+                    dz = dout[head][..., h * dh:(h + 1) * dh]
+                q, k, v, pattern = saved["q"], saved["k"], saved["v"], saved["pattern"]
+                dpattern = dz @ v.swapaxes(-1, -2)
+                dv = pattern.swapaxes(-1, -2) @ dz
+                dscores = pattern * (dpattern - (dpattern * pattern).sum(-1, keepdims=True))
+                dscores = np.where(mask, dscores, 0.0) / math.sqrt(dh)
+                for kind, dy in zip("qkv", (dscores @ k, dscores.swapaxes(-1, -2) @ q, dv)):
+                    dx = dy @ t[b + f"attn.W_{kind.upper()}"][h].T
+                    if cfg.normalization == "pre_ln":
+                        x_hat, scale, _ = saved["ln_" + kind]
+                        dx = _ln_backward(dx, x_hat, scale, t[b + "ln1.w"])
+                    grads[f"{head}.{kind}"] = dx
+                    send(f"{head}.{kind}")
+        return grads, dmask

@@ -1,0 +1,92 @@
+"""Edge ablation done the way TransformerLens users do it, by hooks on a PyTorch model: the
+independent oracle for flatformer.edges.graph.
+
+`run(tokens, hooks)` is any model that takes `{hook name: fn(activation, name)}` (our torch
+bridge directly, TransformerLens's bridge through `tl_runner`). The hooks read each sender's
+current output from the activations recorded so far in the same run, and replace each receiver's
+input by the residual stream minus (1 - mask_e) * (output - ablated value) of every edge e into
+it (the stream is the sum of the outputs recorded so far): q, k, v of every head are recomputed
+from that input (through LayerNorm if any), the MLP's pre-activation likewise, and the stream
+the unembedding reads. `mask` is a torch tensor, so
+autograd gives d metric / d mask.
+"""
+
+import numpy as np
+import torch
+
+
+def tl_runner(bridge):
+    """TransformerLens's bridge as a `run(tokens, hooks)`."""
+    def run(tokens, hooks):
+        fwd = [(name, (lambda f: lambda act, hook: f(act, hook.name))(fn))
+               for name, fn in hooks.items()]
+        return bridge.run_with_hooks(tokens, fwd_hooks=fwd)
+    return run
+
+
+def hooked_edge_logits(run, graph, tokens, refs, mask):
+    """Logits (B, T, V) of the model `run` with edge mask `mask` (n_edges,) applied by hooks."""
+    cfg, t = graph.cfg, {k: torch.tensor(v) for k, v in graph.t.items()}
+    B, T = tokens.shape
+    d, dh = cfg.d_model, cfg.d_head
+    ref = {s: torch.tensor(np.broadcast_to(r, (B, T, d)).copy()) for s, r in refs.items()}
+    seen = {}
+
+    def record(x, name):
+        seen[name] = x
+        return x
+
+    def output(s):
+        if s in ("tok", "pos"):
+            return seen["hook_embed" if s == "tok" else "hook_pos_embed"]
+        L = int(s[1:].split(".")[0])
+        if s.startswith("m"):
+            return seen[f"blocks.{L}.hook_mlp_out"]
+        h = int(s.split(".")[1])
+        z = seen[f"blocks.{L}.attn.hook_z"][:, :, h]
+        if cfg.attn_out:
+            return z @ t[f"blocks.{L}.attn.W_O"][h]
+        return torch.nn.functional.pad(z, (h * dh, d - (h + 1) * dh))
+
+    def read(r):
+        """The stream at receiver r: every sender before it, ablated edges swapped out."""
+        x = 0
+        for e, s in graph.into[r]:
+            x = x + output(s) - (1 - mask[e]) * (output(s) - ref[s])
+        return x
+
+    def ln(x, name):
+        if cfg.normalization != "pre_ln":
+            return x
+        x = x - x.mean(-1, keepdim=True)
+        return x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * t[name + ".w"] + t[name + ".b"]
+
+    def qkv_hook(L, kind):
+        def hook(x, name):
+            heads = []
+            for h in range(cfg.n_heads):
+                y = ln(read(f"a{L}.{h}.{kind}"),
+                       f"blocks.{L}.ln1") @ t[f"blocks.{L}.attn.W_{kind.upper()}"][h]
+                if cfg.qkv_bias:
+                    y = y + t[f"blocks.{L}.attn.b_{kind.upper()}"][h]
+                heads.append(y)
+            return torch.stack(heads, 2)
+        return hook
+
+    def mlp_hook(L):
+        def hook(x, name):
+            x = ln(read(f"m{L}"), f"blocks.{L}.ln2")
+            return x @ t[f"blocks.{L}.mlp.W_in"] + t[f"blocks.{L}.mlp.b_in"]
+        return hook
+
+    last = f"blocks.{cfg.n_layers - 1}.hook_resid_post"
+    hooks = {"hook_embed": record, "hook_pos_embed": record}
+    for L in range(cfg.n_layers):
+        b = f"blocks.{L}."
+        for name in ("attn.hook_z", "hook_mlp_out"):
+            hooks[b + name] = record
+        for kind in "qkv":
+            hooks[b + f"attn.hook_{kind}"] = qkv_hook(L, kind)
+        hooks[b + "mlp.hook_pre"] = mlp_hook(L)
+    hooks[last] = lambda x, name: read("logits")
+    return run(torch.tensor(tokens), hooks)
