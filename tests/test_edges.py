@@ -176,3 +176,35 @@ def test_plus_last_even_corrupts_the_retrieved_even(paper):
     source = recall_sources(inputs, index, wanted)
     assert (corrupt[rows, source] == new).all()
     assert (recall_sources(corrupt, index, wanted) == source).all()
+
+
+def test_circuits_command_json_and_refusals(paper_run):
+    from clitools import assert_one_line_error, cli
+    import json
+    result = cli("circuits", paper_run, "--json", "--prompts", "60")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert set(report["edges"][0]) >= {"src", "dst", "exact", "eap", "eap_ig"}
+    assert set(report["methods"]["eap"]) >= {"auc", "spearman", "seconds"}
+    assert set(report["methods"]["eap_ig"]) >= {"auc", "spearman", "seconds"}
+    assert set(report["methods"]["acdc"]) >= {"auc", "edges_kept", "faithfulness", "seconds"}
+    circuit = report["circuit"]
+    assert set(circuit) >= {"edges", "edges_kept", "edges_total", "faithfulness"}
+    assert circuit["edges_kept"] == len(circuit["edges"]) < circuit["edges_total"]
+    text = cli("circuits", paper_run, "--prompts", "60", "--methods", "eap")
+    assert text.returncode == 0 and "m0 -> logits" in text.stdout
+    assert max(len(line) for line in text.stdout.splitlines()) <= 80
+    assert_one_line_error(cli("circuits", paper_run, "--ablation", "half"), "--ablation")
+    assert_one_line_error(cli("circuits", paper_run, "--metric", "acc"), "--metric")
+    assert_one_line_error(cli("circuits", paper_run, "--methods", "eap,magic"), "magic")
+
+
+def test_resample_needs_a_task_that_corrupts(paper):
+    from flatformer.errors import FlatformerError
+    from flatformer.tasks import get_task
+    run, _ = paper
+    task = get_task("last-odd")
+    data = TaskData.build(task, run.cfg.n_ctx)
+    with pytest.raises(FlatformerError, match="declares no corruption"):
+        build_problem(run.model(), task, data, "resample")
+    assert build_problem(run.model(), task, data, "mean", n_prompts=20).metric == "logprob"
