@@ -28,7 +28,7 @@ plus-last-even) also gets: wanted / other / marker classes pairwise linearly sep
 embeddings; token + position points), the wanted tokens' embeddings on a line (and their order
 along it), the marker's queries separable from the other queries, recency read from the
 weights (for each wanted key token, later positions score higher with the marker's queries),
-recency in the held-out windows (`algorithm.recency`, computed for all seeds at once), and
+recency in the held-out windows (`algorithm.recency_share`, for all seeds at once), and
 whether the zones' cyclic order is the wanted tokens' order along their line. Those reuse the
 small measures of `analysis.algorithm` and `analysis.geometry`.
 
@@ -52,8 +52,8 @@ from .config import ModelConfig
 from .data import TaskData
 from .errors import FlatformerError
 from .evaluate import evaluate
-from .figures.compute import all_points_tokens, head_outputs, output_logits, square_limits
 from .model import Params, forward
+from .readout import all_points_tokens, grid, head_outputs, output_logits, square_limits
 from .runs import Run, seed_runs
 from .transformer import Transformer
 
@@ -292,20 +292,6 @@ def window_rows(params: Params, data: TaskData, group: int = 8) -> WindowRows:
     return WindowRows(inputs, index, targets, scores, pattern, z)
 
 
-def window_recency(scores: np.ndarray, inputs: np.ndarray, index: np.ndarray,
-                   wanted: np.ndarray) -> np.ndarray:
-    """`algorithm.recency` for every seed at once: over every pair of `wanted` tokens before each
-    window's `index`, the fraction where the later one scores higher. scores (S, B, T): each
-    seed's score row at the prediction, for the head read. NaN when no window holds a pair."""
-    T = inputs.shape[1]
-    before = (np.arange(T)[None] < index[:, None]) & wanted[inputs]               # (B, T)
-    pairs = before[:, :, None] & before[:, None, :] & np.triu(np.ones((T, T), bool), 1)
-    later_higher = scores[:, :, None, :] > scores[:, :, :, None]                 # [u, w]: w > u
-    total = int(pairs.sum())
-    wins = (later_higher & pairs).sum((1, 2, 3))
-    return wins / total if total else np.full(len(scores), np.nan)
-
-
 def compare_models(cfg: ModelConfig, task, tensors: list[dict], data: TaskData,
                    seeds: list[int] | None = None, step: int = -1, reference: int | None = None,
                    success: float = SUCCESS) -> Comparison:
@@ -401,7 +387,7 @@ def _recall_measures(models, spec: RecallSpec, rows: WindowRows | None, q, k,
             top = rows.pattern[:, marked].argmax(-1)                           # (S, B, H)
             head = (top == source[None, :, None]).mean(1).argmax(-1)
         picked = rows.scores[:, marked][np.arange(S), :, head]                 # (S, B, T)
-        recency_windows = window_recency(picked, inputs, index, wanted)
+        recency_windows = algorithm.recency_share(picked, inputs, index, wanted)
     out = {name: np.zeros(S, dtype=bool) for name in ("tokens_separable", "points_separable",
                                                        "queries_separate", "recency_weights",
                                                        "recency_windows")}
@@ -585,8 +571,6 @@ def aligned_landscapes(c: Comparison, resolution: int = 120) -> list[AlignedLand
     out = []
     for s in range(len(c.seeds)):
         limits = panel_limits(c, s)
-        xs = np.linspace(limits[0], limits[1], resolution)
-        ys = np.linspace(limits[2], limits[3], resolution)
-        pts = np.stack(np.meshgrid(xs, ys), -1)
+        xs, ys, pts = grid(limits, resolution)
         out.append(AlignedLandscape(xs, ys, c.aligned_logits(s, pts).argmax(-1)))
     return out

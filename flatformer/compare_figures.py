@@ -19,7 +19,7 @@ from matplotlib.patches import Circle, Patch
 
 from .compare import ORDERS, STRUCTURES, AlignedLandscape, Comparison, panel_limits, structure_label
 from .figures import style
-from .figures.compute import fit_plane, square_limits
+from .readout import fit_plane, square_limits
 from .figures.panels import footnote, new_figure, plane_axes, styled
 
 

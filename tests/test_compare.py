@@ -6,7 +6,7 @@ import pytest
 
 from flatformer.analysis import algorithm
 from flatformer.compare import (canonical_cycle, canonical_line, collapse_cycle, compare_models,
-                                procrustes, recall_spec, rotate_tensors, summary, window_recency,
+                                procrustes, recall_spec, rotate_tensors, summary,
                                 window_rows, zone_sequence)
 from flatformer.config import preset
 from flatformer.data import TaskData
@@ -145,7 +145,7 @@ def test_window_recency_equals_the_analysis_measure(paper):
     params = Params.stack(cfg, tensors)
     rows = window_rows(params, data, group=1)
     wanted = recall_spec(task).mask(cfg.d_vocab)
-    shares = window_recency(rows.scores[:, :, 0], rows.inputs, rows.index, wanted)
+    shares = algorithm.recency_share(rows.scores[:, :, 0], rows.inputs, rows.index, wanted)
     for s, t in enumerate(tensors):
         expected = algorithm.recency(Transformer(cfg, t), rows.inputs, rows.index, wanted)
         assert shares[s] == pytest.approx(expected, abs=1e-12)

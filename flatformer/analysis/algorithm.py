@@ -25,17 +25,12 @@ from typing import Callable
 import numpy as np
 
 from ..data import TaskData
+from ..readout import combined_points, projections, write_heads
 from ..transformer import Transformer
 from .geometry import ladder, separation
 
 
 # ---- the measures ---------------------------------------------------------------------------
-
-def combined_embeddings(model: Transformer) -> np.ndarray:
-    """e = x + p for every token at every position: (V, T, d)."""
-    t = model.tensors
-    return t["embed.W_E"][:, None, :] + t["pos_embed.W_pos"][None, :, :]
-
 
 def class_separation(points_by_class: dict[str, np.ndarray]) -> dict[str, dict]:
     """For every pair of classes {"a / b": {"separable", "gap"}} (see geometry.separation)."""
@@ -52,22 +47,10 @@ def position_ladder(model: Transformer) -> dict:
     return ladder(model.tensors["pos_embed.W_pos"])
 
 
-def layer0_qkv(model: Transformer):
-    """Queries, keys and values (V, T, H, dh) of every token at every position in layer 0.
-
-    In layer 0 these depend only on the token and its position, so one batch whose row t repeats
-    token t covers all V x T combinations.
-    """
-    V, T = model.cfg.d_vocab, model.cfg.n_ctx
-    tokens = np.repeat(np.arange(V)[:, None], T, axis=1)
-    _, cache = model.run_with_cache(tokens)
-    return tuple(cache[f"blocks.0.attn.hook_{w}"] for w in "qkv")
-
-
 def query_separation(model: Transformer, marker: int, head: int = 0) -> dict:
     """Are the marker's queries (at every position) linearly separable from every other token's
     queries in layer 0? {"separable", "gap"}."""
-    q = layer0_qkv(model)[0][:, :, head]                                   # (V, T, dh)
+    q = projections(model).q[:, :, head]                                   # (V, T, dh)
     others = np.delete(q, marker, axis=0).reshape(-1, q.shape[-1])
     return separation(q[marker], others)
 
@@ -104,21 +87,25 @@ def retrieval(model: Transformer, inputs, index, wanted: np.ndarray,
 def recency(model: Transformer, inputs, index, wanted: np.ndarray, layer: int = 0,
             head: int = 0, cache: dict | None = None) -> float:
     """Over every pair of `wanted` tokens before each window's `index`, the fraction where the
-    later one gets the higher attention score from the query at `index`."""
+    later one gets the higher attention score from the query at `index` (`recency_share`)."""
     cache = _cache(model, inputs, cache)
     scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][:, head]        # (B, T, T)
-    wins = total = 0
-    for b, i in enumerate(index):
-        row = scores[b, i]
-        pos = np.flatnonzero(wanted[inputs[b, :i]])
-        if len(pos) < 2:
-            continue
-        s = row[pos]
-        later_higher = s[None, :] > s[:, None]                           # [earlier, later]
-        upper = np.triu(np.ones((len(pos), len(pos)), dtype=bool), 1)
-        wins += int(later_higher[upper].sum())
-        total += int(upper.sum())
-    return wins / total if total else float("nan")
+    rows = scores[np.arange(len(inputs)), index]                           # (B, T)
+    return float(recency_share(rows[None], inputs, index, wanted)[0])
+
+
+def recency_share(scores: np.ndarray, inputs: np.ndarray, index: np.ndarray,
+                  wanted: np.ndarray) -> np.ndarray:
+    """Recency for many models at once: scores (S, B, T) are each model's attention-score row
+    at each window's `index`; per model, the fraction of pairs of `wanted` tokens before
+    `index` whose later member scores higher. NaN when no window holds a pair."""
+    T = inputs.shape[1]
+    before = (np.arange(T)[None] < index[:, None]) & wanted[inputs]               # (B, T)
+    pairs = before[:, :, None] & before[:, None, :] & np.triu(np.ones((T, T), bool), 1)
+    later_higher = scores[:, :, None, :] > scores[:, :, :, None]                 # [u, w]: w > u
+    total = int(pairs.sum())
+    wins = (later_higher & pairs).sum((1, 2, 3))
+    return wins / total if total else np.full(len(scores), np.nan)
 
 
 def production(model: Transformer, inputs, index, wanted: np.ndarray, layer: int = 0,
@@ -131,11 +118,10 @@ def production(model: Transformer, inputs, index, wanted: np.ndarray, layer: int
     cache = _cache(model, inputs, cache)
     rows = np.arange(len(inputs))
     source = recall_sources(inputs, index, wanted)
-    z = cache[f"blocks.{layer}.attn.hook_z"][rows, index, head]             # (B, dh)
-    v = cache[f"blocks.{layer}.attn.hook_v"][rows, source, head]            # (B, dh)
-    if cfg.attn_out:
-        W_O = t[f"blocks.{layer}.attn.W_O"][head]
-        z, v = z @ W_O, v @ W_O
+    z = cache[f"blocks.{layer}.attn.hook_z"][rows, index]                   # (B, H, dh)
+    v = cache[f"blocks.{layer}.attn.hook_v"][rows, source]                  # (B, H, dh)
+    W_O = t[f"blocks.{layer}.attn.W_O"] if cfg.attn_out else None
+    z, v = (write_heads(cfg, x, W_O)[:, head] for x in (z, v))              # (B, d)
     norms = np.linalg.norm(z, axis=1) * np.linalg.norm(v, axis=1)
     return (z * v).sum(1) / np.where(norms > 0, norms, 1.0)
 
@@ -184,7 +170,7 @@ def recall_checks(marker: str, wanted: list[str], other: list[str],
                                                             data.rule_index] == m)
         inputs, index, targets = (data.rule_inputs[keep], data.rule_index[keep],
                                   data.rule_targets[keep])
-        W_E, e = model.tensors["embed.W_E"], combined_embeddings(model)
+        W_E, e = model.tensors["embed.W_E"], combined_points(model)
         d = model.cfg.d_model
         rows = []
         for label, points in (("token embeddings", lambda ids: W_E[ids]),

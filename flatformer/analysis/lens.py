@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..readout import Hooks, by_length, kl_divergence, unembed, write_heads
 from ..transformer import Transformer
-from .interventions import Hooks, kl_divergence
 
 EXACT_NOTE = ("exact: no final LayerNorm, the stream goes straight into W_U")
 EXACT_NOTE_LN = ("exact: the LayerNorms sit inside the attention and MLP branches; there is no "
@@ -24,15 +24,6 @@ EXACT_NOTE_LN = ("exact: the LayerNorms sit inside the attention and MLP branche
 def lens_note(model: Transformer) -> str:
     """What the report says about LayerNorm and the lens."""
     return EXACT_NOTE_LN if model.cfg.normalization == "pre_ln" else EXACT_NOTE
-
-
-def unembed(model: Transformer, resid: np.ndarray) -> np.ndarray:
-    """Logits (..., V) for residual-stream vectors (..., d)."""
-    t = model.params
-    logits = resid @ t["unembed.W_U"][0]
-    if model.cfg.unembed_bias:
-        logits = logits + t["unembed.b_U"][0]
-    return logits
 
 
 def stage_names(model: Transformer) -> list[tuple[str, str]]:
@@ -63,18 +54,13 @@ def contributions(model: Transformer, tokens, by_head: bool = True) -> dict[str,
     _, cache = model.run_with_cache(tokens)
     W_U = t["unembed.W_U"][0]
     terms = {"embed": cache["hook_embed"] @ W_U, "pos": cache["hook_pos_embed"] @ W_U}
-    H, dh = cfg.n_heads, cfg.d_head
     for layer in range(cfg.n_layers):
         b = f"blocks.{layer}."
         if by_head:
-            z = cache[b + "attn.hook_z"]                                   # (B, T, H, dh)
-            for h in range(H):
-                if cfg.attn_out:
-                    written = z[:, :, h] @ t[b + "attn.W_O"][0, h]
-                else:
-                    written = np.zeros(z.shape[:2] + (cfg.d_model,))
-                    written[..., h * dh:(h + 1) * dh] = z[:, :, h]
-                terms[f"{layer}.head {h}"] = written @ W_U
+            W_O = t[b + "attn.W_O"][0] if cfg.attn_out else None
+            written = write_heads(cfg, cache[b + "attn.hook_z"], W_O)      # (B, T, H, d)
+            for h in range(cfg.n_heads):
+                terms[f"{layer}.head {h}"] = written[:, :, h] @ W_U
         else:
             terms[f"{layer}.attn"] = cache[b + "hook_attn_out"] @ W_U
         post = cache[b + "mlp.hook_post"]
@@ -89,12 +75,9 @@ def contributions(model: Transformer, tokens, by_head: bool = True) -> dict[str,
 def lens_summary(model: Transformer, prompts) -> list[dict]:
     """Per stage, over the prompts' last positions: how often the lens's top token is the model's
     final top token, and the mean KL(final || lens) in nats."""
-    prompts = [np.asarray(p) for p in prompts]
     rows = []
-    lengths = np.array([len(p) for p in prompts])
     per_stage: dict[str, list] = {}
-    for length in np.unique(lengths):
-        batch = np.stack([prompts[i] for i in np.flatnonzero(lengths == length)])
+    for _, batch in by_length(prompts):
         for label, logits in logit_lens(model, batch).items():
             per_stage.setdefault(label, []).append(logits[:, -1])
     stages = {label: np.concatenate(parts) for label, parts in per_stage.items()}

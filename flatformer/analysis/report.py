@@ -11,9 +11,9 @@ from ..data import TaskData
 from ..errors import FlatformerError
 from ..evaluate import evaluate
 from ..model import Params
+from ..readout import by_length, knob_kls, standard_knobs
 from .algorithm import run_checks
 from .circuits import circuit_table
-from .interventions import knob_kls, standard_knobs
 from .lens import contributions, lens_note, lens_summary
 
 MAX_PROMPTS = 200
@@ -70,11 +70,9 @@ def attribution(model, prompts) -> tuple[list[dict], float]:
     decomposition, its mean push on the model's top token relative to the average token (logits
     are only defined up to a constant, so each term is centred over the vocabulary). Also returns
     the largest gap between the sum of the terms and the model's logits (rounding only)."""
-    lengths = np.array([len(p) for p in prompts])
     totals: dict[str, float] = {}
     error = 0.0
-    for length in np.unique(lengths):
-        batch = np.stack([prompts[i] for i in np.flatnonzero(lengths == length)])
+    for _, batch in by_length(prompts):
         terms = contributions(model, batch)
         total = sum(terms.values())
         error = max(error, float(np.abs(total - model(batch)).max()))

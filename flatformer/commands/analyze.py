@@ -158,8 +158,8 @@ def generate(
 ):
     """Continue a prompt with the trained model (the context slides over the last n_ctx tokens),
     optionally with heads, MLPs or positions switched off or the attention scaled."""
-    from ..analysis.interventions import switches
-    from ..analysis.sampling import generate as sample
+    from ..readout import switches
+    from ..readout import generate as sample
     from ..runs import load_run
     loaded = load_run(run)
     task = loaded.task

@@ -12,7 +12,7 @@ writers; render.py splits the frames across processes.
 from __future__ import annotations
 
 from ..errors import FlatformerError
-from ..figures.compute import NotInPlane
+from ..readout import NotInPlane
 from .encode import FORMATS
 from .frames import Checkpoints, load_checkpoints
 from .render import render

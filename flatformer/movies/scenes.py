@@ -2,8 +2,9 @@
 
 A scene computes its arrays for all frames when it is made (`frame(i)` returns frame i's), fixes
 its axis limits and colour ranges over the whole movie, builds its figure once (`build`) and then
-only moves artists (`update(i)`). The numbers come from the figure suite's compute functions
-(`flatformer.figures.compute`), so a frame at step s shows what the figures show at step s.
+only moves artists (`update(i)`). The numbers come from the numeric layer the figures read too
+(`flatformer.readout`, through `figures.compute`), so a frame at step s shows what the figures
+show at step s.
 
 For d_model > 2 (or d_head > 2) points are drawn in a PCA plane, as in the figures, but one
 plane per movie: fitted to the last checkpoint and used for every frame, so the axes mean the

@@ -1,0 +1,82 @@
+"""The last block's output network as a map from the residual stream to next-token logits, and
+that map over a grid of the plane (the paper's output landscape)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import FlatformerError
+from ..model import LN_EPS, activation
+from ..transformer import Transformer
+from .plane import grid
+from .probs import entropy, softmax
+
+
+class NotInPlane(FlatformerError):
+    """A view that only makes sense when the residual stream is the plane (d_model == 2)."""
+
+
+def unembed(model: Transformer, resid: np.ndarray) -> np.ndarray:
+    """Logits (..., V) for residual-stream vectors (..., d): resid @ W_U (+ b_U)."""
+    t = model.tensors
+    logits = np.asarray(resid) @ t["unembed.W_U"]
+    if model.cfg.unembed_bias:
+        logits = logits + t["unembed.b_U"]
+    return logits
+
+
+def output_logits(model: Transformer, points: np.ndarray) -> np.ndarray:
+    """The last block's output network at residual points z (..., d): logits (..., V) of
+    h = z + FFN(LN2(z)), read out by the unembedding. For a one-block model z is the
+    `blocks.0.hook_resid_mid` of a position, and this equals the model's logits there."""
+    cfg, t = model.cfg, model.tensors
+    b = f"blocks.{cfg.n_layers - 1}."
+    z = np.asarray(points, dtype=np.float64)
+    x = z
+    if cfg.normalization == "pre_ln":
+        centred = z - z.mean(-1, keepdims=True)
+        x = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + LN_EPS)
+        x = x * t[b + "ln2.w"] + t[b + "ln2.b"]
+    hidden = activation(cfg, x @ t[b + "mlp.W_in"] + t[b + "mlp.b_in"])
+    return unembed(model, z + hidden @ t[b + "mlp.W_out"] + t[b + "mlp.b_out"])
+
+
+@dataclass
+class Landscape:
+    """The output network over a grid of the plane: what the model predicts from each point."""
+
+    xs: np.ndarray              # (G,)
+    ys: np.ndarray              # (G,)
+    probs: np.ndarray           # (G, G, V), probs[i, j] at (xs[j], ys[i])
+    argmax: np.ndarray          # (G, G) int
+    entropy: np.ndarray         # (G, G) nats
+
+    @property
+    def extent(self) -> tuple[float, float, float, float]:
+        return (self.xs[0], self.xs[-1], self.ys[0], self.ys[-1])
+
+    def at(self, points: np.ndarray) -> np.ndarray:
+        """Nearest-grid-cell argmax at 2-D points (..., 2), for labelling points by their zone."""
+        p = np.asarray(points)
+        j = np.clip(np.rint((p[..., 0] - self.xs[0]) / (self.xs[1] - self.xs[0])), 0,
+                    len(self.xs) - 1).astype(int)
+        i = np.clip(np.rint((p[..., 1] - self.ys[0]) / (self.ys[1] - self.ys[0])), 0,
+                    len(self.ys) - 1).astype(int)
+        return self.argmax[i, j]
+
+
+def require_plane(model: Transformer, what: str):
+    if model.cfg.d_model != 2:
+        raise NotInPlane(f"{what} needs d_model == 2 (this model has {model.cfg.d_model}): "
+                         f"only then is the output map a function of the plane")
+
+
+def landscape(model: Transformer, limits, resolution: int = 200) -> Landscape:
+    """`output_logits` over a resolution x resolution grid of the residual plane (d_model == 2
+    only; raises NotInPlane otherwise)."""
+    require_plane(model, "the output landscape")
+    xs, ys, pts = grid(limits, resolution)
+    probs = softmax(output_logits(model, pts))
+    return Landscape(xs, ys, probs, probs.argmax(-1), entropy(probs))
