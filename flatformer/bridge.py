@@ -103,6 +103,9 @@ if torch is not None:
                 else:
                     attn_out = z.flatten(-2)
                 attn_out = self.hook(b + "hook_attn_out", attn_out, ctx)
+                if cfg.attn_only:
+                    resid = self.hook(b + "hook_resid_post", resid + attn_out, ctx)
+                    continue
                 resid = self.hook(b + "hook_resid_mid", resid + attn_out, ctx)
                 h = resid
                 if cfg.normalization == "pre_ln":
@@ -116,6 +119,9 @@ if torch is not None:
                 mlp_out = self.hook(b + "hook_mlp_out",
                                     post @ self.p(b + "mlp.W_out") + self.p(b + "mlp.b_out"), ctx)
                 resid = self.hook(b + "hook_resid_post", resid + mlp_out, ctx)
+            if cfg.ln_final:
+                resid = self.layer_norm(resid, self.p("ln_final.w"), self.p("ln_final.b"),
+                                        "ln_final", ctx)
             logits = resid @ self.p("unembed.W_U")
             if cfg.unembed_bias:
                 logits = logits + self.p("unembed.b_U")
@@ -151,8 +157,9 @@ def to_transformer_lens(run_or_model, step: int | None = None):
     `blocks.0.attn.hook_pattern`). We load our weights without its weight processing (no LN
     folding, no centring), so every weight and activation is ours. Where our model lacks a piece
     TransformerLens always has: no W_O (heads concatenated) becomes W_O = identity blocks; missing
-    biases (b_Q/b_K/b_V, b_O, b_U) are zeros; and its final LayerNorm slot is an identity, since
-    our models never have one. Its attention masks with -inf and scales by 1/sqrt(d_head), like
+    biases (b_Q/b_K/b_V, b_O, b_U) are zeros; attention-only blocks (d_mlp = 0) are its
+    `attn_only`; and its final LayerNorm slot is an identity unless our model has `ln_final`
+    (then it is our final LayerNorm, with its hook_scale and hook_normalized). Its attention masks with -inf and scales by 1/sqrt(d_head), like
     ours. Two activations differ in meaning: its `ln*.hook_normalized` is x_hat before the gain
     and bias (ours is x_hat * w + b), and TransformerLens 4.3's bridge records this model's
     `attn.hook_attn_scores` after the fact from what the attention module returns, which is the
@@ -165,6 +172,8 @@ def to_transformer_lens(run_or_model, step: int | None = None):
     try:
         from transformer_lens import TransformerBridgeConfig
         from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
+        from transformer_lens.model_bridge.generalized_components.normalization import (
+            NormalizationBridge)
         from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
         from transformer_lens.model_bridge.sources.native.model import NativeModel
         from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
@@ -174,22 +183,30 @@ def to_transformer_lens(run_or_model, step: int | None = None):
     dtype = torch.float64
     tl_cfg = TransformerBridgeConfig(
         d_model=cfg.d_model, d_head=cfg.d_head, n_heads=cfg.n_heads, n_layers=cfg.n_layers,
-        d_mlp=cfg.d_mlp, n_ctx=cfg.n_ctx, d_vocab=cfg.d_vocab,
+        d_mlp=cfg.d_mlp or None, attn_only=cfg.attn_only, n_ctx=cfg.n_ctx, d_vocab=cfg.d_vocab,
         act_fn="relu" if cfg.act_fn == "relu" else "gelu_new",  # ours is the tanh approximation
         normalization_type="LN" if cfg.normalization == "pre_ln" else None, eps=1e-5,
         positional_embedding_type="standard", architecture="TransformerLensNative",
         init_weights=False, dtype=dtype)
     net = NativeModel(tl_cfg).to(dtype)
-    net.ln_out = nn.Identity()  # we never have a final LayerNorm
+    # TransformerLens ties the final norm to the blocks' normalization_type; ours is separate.
+    if not cfg.ln_final:
+        net.ln_out = nn.Identity()
+    elif cfg.normalization == "none":
+        net.ln_out = nn.LayerNorm(cfg.d_model, eps=1e-5, dtype=dtype)
 
-    def no_final_norm(adapter):
-        # With normalization_type="LN" the adapter would wrap the final slot in a bridge that
-        # recomputes LayerNorm itself; a plain component just passes the identity through.
-        adapter.component_mapping["ln_final"] = GeneralizedComponent(name="ln_out",
-                                                                     config=adapter.cfg)
+    def final_norm(adapter):
+        # Without ln_final a plain component passes the identity through (a LayerNorm bridge
+        # would recompute LayerNorm itself); with it and no block norms, a LayerNorm bridge.
+        if not cfg.ln_final:
+            adapter.component_mapping["ln_final"] = GeneralizedComponent(name="ln_out",
+                                                                         config=adapter.cfg)
+        elif cfg.normalization == "none":
+            adapter.component_mapping["ln_final"] = NormalizationBridge(
+                name="ln_out", config=adapter.cfg, uses_rms_norm=False)
 
     bridge = build_bridge_from_module(net, "TransformerLensNative", tl_config=tl_cfg, dtype=dtype,
-                                      model_name="flatformer", post_adapter_hook=no_final_norm)
+                                      model_name="flatformer", post_adapter_hook=final_norm)
     H, dh, d = cfg.n_heads, cfg.d_head, cfg.d_model
     state = {name: torch.tensor(t, dtype=dtype) for name, t in model.tensors.items()}
     for layer in range(cfg.n_layers):

@@ -105,9 +105,10 @@ def rotate_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray],
             t[b + "attn.W_V"] = t[b + "attn.W_V"] @ R
             if cfg.qkv_bias:
                 t[b + "attn.b_V"] = t[b + "attn.b_V"] @ R
-        t[b + "mlp.W_in"] = R.T @ t[b + "mlp.W_in"]
-        t[b + "mlp.W_out"] = t[b + "mlp.W_out"] @ R
-        t[b + "mlp.b_out"] = t[b + "mlp.b_out"] @ R
+        if not cfg.attn_only:
+            t[b + "mlp.W_in"] = R.T @ t[b + "mlp.W_in"]
+            t[b + "mlp.W_out"] = t[b + "mlp.W_out"] @ R
+            t[b + "mlp.b_out"] = t[b + "mlp.b_out"] @ R
     t["unembed.W_U"] = R.T @ t["unembed.W_U"]
     return t
 
@@ -288,7 +289,8 @@ def window_rows(params: Params, data: TaskData, group: int = 8) -> WindowRows:
         for name, dest in (("scores", scores), ("pattern", pattern)):
             act = cache[f"blocks.0.attn.hook_{'attn_scores' if name == 'scores' else name}"]
             dest[lo:hi] = act.transpose(0, 1, 3, 2, 4)[:, rows, index]       # (s, B, H, T)
-        z[lo:hi] = cache[f"blocks.{cfg.n_layers - 1}.hook_resid_mid"][:, rows, index]
+        mid = "hook_resid_post" if cfg.attn_only else "hook_resid_mid"
+        z[lo:hi] = cache[f"blocks.{cfg.n_layers - 1}.{mid}"][:, rows, index]
     return WindowRows(inputs, index, targets, scores, pattern, z)
 
 

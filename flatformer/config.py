@@ -12,8 +12,11 @@ from .errors import FlatformerError
 class ModelConfig:
     """A decoder-only transformer. Field names follow TransformerLens.
 
-    `normalization="pre_ln"` puts a LayerNorm before attention and before the MLP of every block;
-    there is never a final LayerNorm, so the logit lens is exact. `act_fn="gelu"` is the tanh
+    `normalization="pre_ln"` puts a LayerNorm before attention and before the MLP of every block.
+    `ln_final=True` adds a LayerNorm between the last block and the unembedding (TransformerLens's
+    `ln_final`); without it the logit lens is exact. `d_mlp=0` makes the blocks attention-only
+    (TransformerLens's `attn_only`): no MLP, no `ln2`, and no `hook_resid_mid`, since the stream
+    after attention is the block's output. `act_fn="gelu"` is the tanh
     approximation (GPT-2's, TransformerLens's "gelu_new"): it has the same float64 value in NumPy,
     PyTorch and JavaScript, which lets every implementation agree to 1e-9.
     """
@@ -30,12 +33,17 @@ class ModelConfig:
     qkv_bias: bool = False
     attn_out: bool = False  # an output projection W_O; without it heads are concatenated
     unembed_bias: bool = True
+    ln_final: bool = False  # a LayerNorm between the last block and the unembedding
 
     def __post_init__(self):
         for name in ("d_model", "n_heads", "d_head", "n_layers", "d_mlp", "n_ctx", "d_vocab"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise FlatformerError(f"config: {name} must be a whole number >= 1, got {value!r}")
+            least = 0 if name == "d_mlp" else 1   # d_mlp = 0: attention-only blocks
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise FlatformerError(
+                    f"config: {name} must be a whole number >= {least}, got {value!r}")
+        if not isinstance(self.ln_final, bool):
+            raise FlatformerError(f"config: ln_final must be true or false, got {self.ln_final!r}")
         if self.d_vocab < 2:
             raise FlatformerError("config: d_vocab must be at least 2")
         if self.act_fn not in ("relu", "gelu"):
@@ -47,8 +55,13 @@ class ModelConfig:
             raise FlatformerError(
                 f"config: without W_O (attn_out=false) n_heads * d_head must equal d_model, "
                 f"got {self.n_heads} * {self.d_head} != {self.d_model}")
-        if self.d_model * self.d_vocab * self.n_layers * self.d_mlp > 10**9:
+        if self.d_model * self.d_vocab * self.n_layers * max(self.d_mlp, 1) > 10**9:
             raise FlatformerError("config: this model is far larger than flatformer is made for")
+
+    @property
+    def attn_only(self) -> bool:
+        """Blocks without an MLP (TransformerLens's `attn_only`)."""
+        return self.d_mlp == 0
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every parameter's TransformerLens name and shape (without the seed axis), in order."""
@@ -65,10 +78,14 @@ class ModelConfig:
                     shapes[b + f"attn.b_{w}"] = (h, dh)
             if self.attn_out:
                 shapes[b + "attn.W_O"] = (h, dh, d)
+            if self.attn_only:
+                continue
             if self.normalization == "pre_ln":
                 shapes[b + "ln2.w"], shapes[b + "ln2.b"] = (d,), (d,)
             shapes[b + "mlp.W_in"], shapes[b + "mlp.b_in"] = (d, m), (m,)
             shapes[b + "mlp.W_out"], shapes[b + "mlp.b_out"] = (m, d), (d,)
+        if self.ln_final:
+            shapes["ln_final.w"], shapes["ln_final.b"] = (d,), (d,)
         shapes["unembed.W_U"] = (d, v)
         if self.unembed_bias:
             shapes["unembed.b_U"] = (v,)
@@ -118,6 +135,11 @@ PRESETS: dict[str, dict] = {
     "small-4d-2head": dict(d_model=4, n_heads=2, d_head=2, n_layers=1, d_mlp=32, n_ctx=8,
                            act_fn="relu", normalization="none", qkv_bias=False, attn_out=True,
                            unembed_bias=True),
+    # Attention only, two layers, a 32-token context: the smallest model family that forms
+    # induction heads (task `induction`; its 1-layer control is the same with n_layers=1).
+    "attn-only-2l": dict(d_model=16, n_heads=2, d_head=8, n_layers=2, d_mlp=0, n_ctx=32,
+                         act_fn="relu", normalization="none", qkv_bias=False, attn_out=True,
+                         unembed_bias=True, ln_final=False),
 }
 
 

@@ -114,10 +114,8 @@ def init_params(cfg: ModelConfig, rngs: list[np.random.Generator],
             shape = view.shape[1:]
             if leaf in ("W_E", "W_pos"):
                 view[s] = embed_scale * rng.standard_normal(shape)
-            elif name.endswith("ln1.w") or name.endswith("ln2.w"):
-                view[s] = 1.0
-            elif name.endswith("ln1.b") or name.endswith("ln2.b"):
-                view[s] = 0.0
+            elif leaf in ("w", "b"):                       # LayerNorm gain and bias
+                view[s] = 1.0 if leaf == "w" else 0.0
             else:
                 fan_in = {"W_Q": cfg.d_model, "W_K": cfg.d_model, "W_V": cfg.d_model,
                           "b_Q": cfg.d_model, "b_K": cfg.d_model, "b_V": cfg.d_model,
@@ -154,11 +152,15 @@ def hook_names(cfg: ModelConfig) -> list[str]:
         if cfg.normalization == "pre_ln":
             names += [b + "ln1.hook_scale", b + "ln1.hook_normalized"]
         names += [b + f"attn.hook_{n}" for n in ("q", "k", "v", "attn_scores", "pattern", "z")]
-        names += [b + "hook_attn_out", b + "hook_resid_mid"]
-        if cfg.normalization == "pre_ln":
-            names += [b + "ln2.hook_scale", b + "ln2.hook_normalized"]
-        names += [b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out",
-                  b + "hook_resid_post"]
+        names.append(b + "hook_attn_out")
+        if not cfg.attn_only:
+            names.append(b + "hook_resid_mid")
+            if cfg.normalization == "pre_ln":
+                names += [b + "ln2.hook_scale", b + "ln2.hook_normalized"]
+            names += [b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out"]
+        names.append(b + "hook_resid_post")
+    if cfg.ln_final:
+        names += ["ln_final.hook_scale", "ln_final.hook_normalized"]
     return names
 
 
@@ -243,6 +245,9 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
         if cfg.attn_out:
             attn_out = attn_out @ params[b + "attn.W_O"].reshape(S, H * dh, d)
         attn_out = hook(b + "hook_attn_out", attn_out.reshape(S, B, T, d))
+        if cfg.attn_only:
+            resid = hook(b + "hook_resid_post", resid + attn_out)
+            continue
         resid = hook(b + "hook_resid_mid", resid + attn_out)                   # z = e + Attn(e)
         mlp_in = resid
         if cfg.normalization == "pre_ln":
@@ -258,6 +263,11 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
                    + params[b + "mlp.b_out"][:, None])
         mlp_out = hook(b + "hook_mlp_out", mlp_out.reshape(S, B, T, d))
         resid = hook(b + "hook_resid_post", resid + mlp_out)                   # h = z + FFN(z)
+    if cfg.ln_final:
+        scale, x_hat, resid = layer_norm(resid, params["ln_final.w"], params["ln_final.b"])
+        cache["_ln_final.x_hat"] = x_hat
+        hook("ln_final.hook_scale", scale)
+        resid = hook("ln_final.hook_normalized", resid)
     logits = resid.reshape(S, N, d) @ params["unembed.W_U"]
     if cfg.unembed_bias:
         logits = logits + params["unembed.b_U"][:, None]
@@ -274,43 +284,57 @@ def layer_norm_backward(dy, xhat, scale, w, grads: Params, name: str):
             - xhat * (dxhat * xhat).mean(-1, keepdims=True)) / scale
 
 
+def mlp_backward(params: Params, cache: dict, dresid: np.ndarray, grads: Params, b: str):
+    """Gradient through block `b`'s MLP, h = z + W_out act(W_in ln2(z) + b_in) + b_out: returns
+    dloss/dz (S, N, d) and writes the MLP's (and ln2's) parameter gradients into `grads`."""
+    cfg = params.cfg
+    S, N, d, m = dresid.shape[0], dresid.shape[1], cfg.d_model, cfg.d_mlp
+    B, T = cache[b + "hook_resid_mid"].shape[1:3]
+    post = cache[b + "mlp.hook_post"].reshape(S, N, m)
+    pre = cache[b + "mlp.hook_pre"].reshape(S, N, m)
+    grads[b + "mlp.W_out"][...] = post.swapaxes(1, 2) @ dresid
+    grads[b + "mlp.b_out"][...] = dresid.sum(1)
+    dpost = dresid @ params[b + "mlp.W_out"].swapaxes(1, 2)
+    if cfg.act_fn == "relu":
+        dpre = dpost * (pre > 0)
+    else:
+        t = np.tanh(GELU_C * (pre + 0.044715 * pre ** 3))
+        dpre = dpost * (0.5 * (1 + t) + 0.5 * pre * (1 - t * t) * GELU_C
+                        * (1 + 3 * 0.044715 * pre * pre))
+    mlp_in = (cache[b + "ln2.hook_normalized"] if cfg.normalization == "pre_ln"
+              else cache[b + "hook_resid_mid"]).reshape(S, N, d)
+    grads[b + "mlp.W_in"][...] = mlp_in.swapaxes(1, 2) @ dpre
+    grads[b + "mlp.b_in"][...] = dpre.sum(1)
+    dmlp_in = dpre @ params[b + "mlp.W_in"].swapaxes(1, 2)
+    if cfg.normalization == "pre_ln":
+        dmlp_in = layer_norm_backward(
+            dmlp_in.reshape(S, B, T, d), cache["_" + b + "ln2.x_hat"],
+            cache[b + "ln2.hook_scale"], params[b + "ln2.w"], grads, b + "ln2").reshape(S, N, d)
+    return dresid + dmlp_in
+
+
 def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
     """Gradients of a loss with respect to every parameter, given dloss/dlogits (S, B, T, V)."""
     cfg = params.cfg
     S, B, T, V = dlogits.shape
-    N, d, H, dh, m = B * T, cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp
+    N, d, H, dh = B * T, cfg.d_model, cfg.n_heads, cfg.d_head
     grads = params.like()
     dlogits = dlogits.reshape(S, N, V)
-    last = f"blocks.{cfg.n_layers - 1}.hook_resid_post"
+    last = ("ln_final.hook_normalized" if cfg.ln_final
+            else f"blocks.{cfg.n_layers - 1}.hook_resid_post")
     grads["unembed.W_U"][...] = cache[last].reshape(S, N, d).swapaxes(1, 2) @ dlogits
     if cfg.unembed_bias:
         grads["unembed.b_U"][...] = dlogits.sum(1)
     dresid = dlogits @ params["unembed.W_U"].swapaxes(1, 2)                   # (S,N,d)
+    if cfg.ln_final:
+        dresid = layer_norm_backward(
+            dresid.reshape(S, B, T, d), cache["_ln_final.x_hat"], cache["ln_final.hook_scale"],
+            params["ln_final.w"], grads, "ln_final").reshape(S, N, d)
     mask = causal_mask(T)
     for layer in reversed(range(cfg.n_layers)):
         b = f"blocks.{layer}."
-        # MLP: h = z + W_out act(W_in ln2(z) + b_in) + b_out
-        post = cache[b + "mlp.hook_post"].reshape(S, N, m)
-        pre = cache[b + "mlp.hook_pre"].reshape(S, N, m)
-        grads[b + "mlp.W_out"][...] = post.swapaxes(1, 2) @ dresid
-        grads[b + "mlp.b_out"][...] = dresid.sum(1)
-        dpost = dresid @ params[b + "mlp.W_out"].swapaxes(1, 2)
-        if cfg.act_fn == "relu":
-            dpre = dpost * (pre > 0)
-        else:
-            t = np.tanh(GELU_C * (pre + 0.044715 * pre ** 3))
-            dpre = dpost * (0.5 * (1 + t) + 0.5 * pre * (1 - t * t) * GELU_C
-                            * (1 + 3 * 0.044715 * pre * pre))
-        mlp_in = (cache[b + "ln2.hook_normalized"] if cfg.normalization == "pre_ln"
-                  else cache[b + "hook_resid_mid"]).reshape(S, N, d)
-        grads[b + "mlp.W_in"][...] = mlp_in.swapaxes(1, 2) @ dpre
-        grads[b + "mlp.b_in"][...] = dpre.sum(1)
-        dmlp_in = dpre @ params[b + "mlp.W_in"].swapaxes(1, 2)
-        if cfg.normalization == "pre_ln":
-            dmlp_in = layer_norm_backward(
-                dmlp_in.reshape(S, B, T, d), cache["_" + b + "ln2.x_hat"],
-                cache[b + "ln2.hook_scale"], params[b + "ln2.w"], grads, b + "ln2").reshape(S, N, d)
-        dresid = dresid + dmlp_in
+        if not cfg.attn_only:
+            dresid = mlp_backward(params, cache, dresid, grads, b)
         # Attention: z = e + concat_h(softmax(q k^T / sqrt(dh)) v) [W_O]
         dz = dresid
         if cfg.attn_out:

@@ -13,6 +13,9 @@ CONFIGS = {
     "simulator-16d": preset("simulator-16d", 28),
     "2-layer": preset("paper-2d-2layer", 12),
     "2-layer-ln-bias": preset("simulator-16d", 20, n_layers=2, qkv_bias=True, unembed_bias=True),
+    # Attention-only blocks, a final LayerNorm and a 32-token context (induction's model family).
+    "attn-only-ln-final": preset("simulator-16d", 12, n_layers=2, d_mlp=0, ln_final=True,
+                                 n_ctx=32),
 }
 
 

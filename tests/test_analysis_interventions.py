@@ -7,7 +7,7 @@ import pytest
 
 from flatformer.analysis.interventions import (
     combine, head_means, kl_divergence, knob_kls, mean_head, mlp_off, next_token_logits, patch,
-    patching_sweep, positions_off, scale_scores, standard_knobs, zero_head)
+    patching_sweep, positions_off, scale_scores, standard_knobs, switches, zero_head)
 from flatformer.errors import FlatformerError
 from flatformer.model import init_params
 from flatformer.runs import load_run
@@ -63,6 +63,10 @@ def test_zero_head_equals_zeroing_its_value_weights(model):
 
 def test_mlp_off_equals_zero_output_weights(model):
     cfg, tokens = model.cfg, tokens_for(model.cfg)
+    if cfg.attn_only:
+        with pytest.raises(FlatformerError, match="attention-only"):
+            switches(cfg, mlps_off=[0])
+        return
     for layer in range(cfg.n_layers):
         oracle = edited(model, **{f"blocks.{layer}.mlp.W_out": np.zeros_like,
                                   f"blocks.{layer}.mlp.b_out": np.zeros_like})

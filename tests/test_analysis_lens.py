@@ -41,7 +41,8 @@ def test_contributions_sum_exactly_to_the_logits(model):
     expected = ["embed", "pos"]
     for layer in range(cfg.n_layers):
         expected += [f"{layer}.head {h}" for h in range(cfg.n_heads)]
-        expected += [f"{layer}.mlp", f"{layer}.mlp bias"]
+        expected += [] if cfg.attn_only else [f"{layer}.mlp", f"{layer}.mlp bias"]
+    expected += ["ln_final bias"] if cfg.ln_final else []
     assert names == expected + (["bias"] if cfg.unembed_bias else [])
 
 
@@ -60,10 +61,14 @@ def test_each_lens_stage_is_the_stream_times_the_unembedding(model):
     assert list(lens) == [label for label, _ in stage_names(model)]
     # After the embeddings, by hand: (W_E[token] + W_pos[position]) W_U + b_U.
     stream = t["embed.W_E"][tokens] + t["pos_embed.W_pos"][: cfg.n_ctx]
+    if cfg.ln_final:   # (x - mean) / sqrt(var + eps) * w + b, recomputed on this stream
+        centred = stream - stream.mean(-1, keepdims=True)
+        stream = (centred / np.sqrt(centred.var(-1, keepdims=True) + 1e-5) * t["ln_final.w"]
+                  + t["ln_final.b"])
     bias = t["unembed.b_U"] if cfg.unembed_bias else 0.0
     np.testing.assert_allclose(lens["embed"], stream @ t["unembed.W_U"] + bias, atol=1e-12)
-    # The last stage is the model's output: no final LayerNorm stands in between.
-    np.testing.assert_array_equal(lens[f"{cfg.n_layers - 1}.mlp"], model(tokens))
+    # The last stage is the model's output.
+    np.testing.assert_array_equal(lens[stage_names(model)[-1][0]], model(tokens))
 
 
 def test_the_lens_says_why_it_is_exact():

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from conftest import CONFIGS
 
 from flatformer.bridge import to_torch, to_transformer_lens
 from flatformer.config import preset
@@ -23,7 +24,7 @@ def random_model(cfg, seed=0):
     params = init_params(cfg, [np.random.default_rng(seed)])
     rng = np.random.default_rng(seed + 1)
     for name, view in params.views.items():
-        if ".ln" in name or ".b_" in name:
+        if "ln" in name or ".b_" in name:
             view += 0.3 * rng.standard_normal(view.shape)
     return Transformer(cfg, params.seed(0))
 
@@ -55,9 +56,15 @@ def test_transformer_lens_on_layernorm_biases_and_two_layers():
     np.testing.assert_allclose(logits, model(tokens), atol=1e-9, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["paper-2d", "simulator-16d", "paper-2d-2layer"])
+CACHE_CONFIGS = {name: preset(name, 12) for name in ["paper-2d", "simulator-16d", "paper-2d-2layer"]}
+CACHE_CONFIGS["attn-only-ln-final"] = CONFIGS["attn-only-ln-final"]
+# A final LayerNorm without block LayerNorms: TransformerLens ties the two, the bridge does not.
+CACHE_CONFIGS["2d-attn-only-ln-final"] = preset("paper-2d-2layer", 12, d_mlp=0, ln_final=True)
+
+
+@pytest.mark.parametrize("name", list(CACHE_CONFIGS))
 def test_transformer_lens_cache_matches_the_engine(name):
-    cfg = preset(name, 12)
+    cfg = CACHE_CONFIGS[name]
     model = random_model(cfg)
     tokens = tokens_for(cfg, batch=3)
     _, cache = model.run_with_cache(tokens)

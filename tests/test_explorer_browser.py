@@ -140,7 +140,7 @@ FORWARD = """([cfg, flat, tokens, knobs]) => {
 def random_tensors(cfg, rng):
     tensors = init_params(cfg, [rng]).seed(0)
     for key in tensors:
-        if ".ln" in key or key.endswith("b_U") or ".b_" in key:
+        if "ln" in key or key.endswith("b_U") or ".b_" in key:
             tensors[key] = tensors[key] + 0.3 * rng.standard_normal(tensors[key].shape)
     return tensors
 
@@ -155,10 +155,13 @@ def test_the_js_forward_pass_equals_the_engine_everywhere(chromium, paper_run, p
             last = cfg.n_layers - 1
             scale = {f"blocks.{l}.attn.hook_attn_scores":
                      (lambda x, n: np.where(np.isfinite(x), 1.7 * x, x)) for l in range(cfg.n_layers)}
-            knob_sets = [({}, {}),
-                         ({"headsOff": [f"{last}.0"], "mlpOff": [0], "beta": 1.7, "posOff": True},
-                          {f"blocks.{last}.attn.hook_z": zero_head(0), "hook_pos_embed": lambda x, n: 0 * x,
-                           "blocks.0.hook_mlp_out": lambda x, n: 0 * x, **scale})]
+            knobs = {"headsOff": [f"{last}.0"], "beta": 1.7, "posOff": True}
+            hooks = {f"blocks.{last}.attn.hook_z": zero_head(0),
+                     "hook_pos_embed": lambda x, n: 0 * x, **scale}
+            if not cfg.attn_only:
+                knobs["mlpOff"] = [0]
+                hooks["blocks.0.hook_mlp_out"] = lambda x, n: 0 * x
+            knob_sets = [({}, {}), (knobs, hooks)]
             for T in (cfg.n_ctx, 3):
                 tokens = rng.integers(0, cfg.d_vocab, T).tolist()
                 for js_knobs, hooks in knob_sets:

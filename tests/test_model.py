@@ -15,7 +15,7 @@ def random_batch(cfg, S=3, B=4, seed=0):
     rng = np.random.default_rng(seed)
     params = init_params(cfg, [np.random.default_rng([seed, s]) for s in range(S)])
     for name, view in params.views.items():
-        if ".ln" in name:
+        if "ln" in name:
             view += 0.3 * rng.standard_normal(view.shape)
     tokens = rng.integers(0, cfg.d_vocab, (S, B, cfg.n_ctx))
     targets = rng.integers(0, cfg.d_vocab, tokens.shape)
@@ -73,6 +73,22 @@ def test_hook_names_are_pinned():
         "blocks.0.ln2.hook_normalized", *block[9:]]
     two = hook_names(preset("paper-2d-2layer", 12))
     assert two[2:] == block + [n.replace("blocks.0", "blocks.1") for n in block]
+    # Attention-only blocks end at hook_resid_post (no resid_mid, as TransformerLens's attn_only);
+    # the final LayerNorm comes after the last block.
+    attn_only = [*block[:8], "blocks.0.hook_resid_post"]
+    assert hook_names(preset("paper-2d-2layer", 12, d_mlp=0, ln_final=True)) == [
+        "hook_embed", "hook_pos_embed", *attn_only,
+        *[n.replace("blocks.0", "blocks.1") for n in attn_only],
+        "ln_final.hook_scale", "ln_final.hook_normalized"]
+
+
+def test_attention_only_blocks_and_the_final_layernorm_have_their_parameters():
+    cfg = preset("paper-2d-2layer", 12, d_mlp=0, ln_final=True)
+    names = list(cfg.param_shapes())
+    assert cfg.attn_only and not any("mlp" in n or "ln2" in n for n in names)
+    assert names[-4:] == ["ln_final.w", "ln_final.b", "unembed.W_U", "unembed.b_U"]
+    mlp = 2 * 32 + 32 + 32 * 2 + 2                       # W_in, b_in, W_out, b_out per block
+    assert cfg.n_params == preset("paper-2d-2layer", 12).n_params - 2 * mlp + 2 * 2
 
 
 def test_cache_shapes_follow_transformer_lens():
@@ -125,6 +141,8 @@ def test_hooks_change_activations_downstream():
     (dict(act_fn="tanh"), "act_fn"),
     (dict(normalization="post_ln"), "normalization"),
     (dict(n_layers=0), "n_layers"),
+    (dict(d_mlp=-1), "d_mlp must be a whole number >= 0"),
+    (dict(ln_final="yes"), "ln_final must be true or false"),
 ])
 def test_config_validates_itself(bad, message):
     with pytest.raises(FlatformerError, match=message):

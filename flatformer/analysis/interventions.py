@@ -71,7 +71,9 @@ def patching_sweep(model: Transformer, clean, corrupt, names: list[str] | None =
     if names is None:
         names = []
         for layer in range(cfg.n_layers):
-            names += [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_resid_mid"]
+            names.append(f"blocks.{layer}.hook_resid_pre")
+            if not cfg.attn_only:
+                names.append(f"blocks.{layer}.hook_resid_mid")
         names.append(f"blocks.{cfg.n_layers - 1}.hook_resid_post")
     clean_logits, clean_cache = model.run_with_cache(clean)
     corrupt_logits = model(corrupt)

@@ -1,12 +1,14 @@
 """The logit lens, and the logits split into what each stage writes.
 
 The residual stream is a sum: token embedding + position embedding + every attention output +
-every MLP output. Logits are that sum times W_U, plus b_U. Our models have no final LayerNorm
-(with `pre_ln` the LayerNorms sit inside the attention and MLP branches, before they read the
+every MLP output. Without a final LayerNorm (`ln_final`), logits are that sum times W_U, plus
+b_U (with `pre_ln` the LayerNorms sit inside the attention and MLP branches, before they read the
 stream, never between the stream and W_U), so reading the stream after any stage with W_U is
 exactly what the model would output if it stopped there, and the stage contributions add up to
-the logits exactly. (A model with a final LayerNorm would break both statements: its lens needs
-the final scale frozen or recomputed, and its decomposition holds only with the scale frozen.)
+the logits exactly. With `ln_final` the lens applies the final LayerNorm to each stage's stream
+(recomputing its scale, as TransformerLens's `apply_ln=True`), which is again exactly what the
+model would output if it stopped there; the decomposition freezes the final scale of the full
+forward pass, which makes the LayerNorm linear, and adds its bias as its own term.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ from ..transformer import Transformer
 EXACT_NOTE = ("exact: no final LayerNorm, the stream goes straight into W_U")
 EXACT_NOTE_LN = ("exact: the LayerNorms sit inside the attention and MLP branches; there is no "
                  "final LayerNorm, the stream goes straight into W_U")
+FINAL_LN_NOTE = ("with the final LayerNorm: the lens recomputes it on each stage's stream; the "
+                 "decomposition freezes its scale at the full forward pass's")
 
 
 def lens_note(model: Transformer) -> str:
     """What the report says about LayerNorm and the lens."""
+    if model.cfg.ln_final:
+        return FINAL_LN_NOTE
     return EXACT_NOTE_LN if model.cfg.normalization == "pre_ln" else EXACT_NOTE
 
 
@@ -30,8 +36,11 @@ def stage_names(model: Transformer) -> list[tuple[str, str]]:
     """(stage label, activation holding the stream after it), in forward order."""
     stages = [("embed", "blocks.0.hook_resid_pre")]
     for layer in range(model.cfg.n_layers):
-        stages += [(f"{layer}.attn", f"blocks.{layer}.hook_resid_mid"),
-                   (f"{layer}.mlp", f"blocks.{layer}.hook_resid_post")]
+        if model.cfg.attn_only:
+            stages.append((f"{layer}.attn", f"blocks.{layer}.hook_resid_post"))
+        else:
+            stages += [(f"{layer}.attn", f"blocks.{layer}.hook_resid_mid"),
+                       (f"{layer}.mlp", f"blocks.{layer}.hook_resid_post")]
     return stages
 
 
@@ -47,26 +56,41 @@ def contributions(model: Transformer, tokens, by_head: bool = True) -> dict[str,
 
     Terms, in forward order: `embed` (W_E), `pos` (W_pos), per layer each head (`L.head h`, or
     `L.attn` with `by_head=False`), `L.mlp` (the neurons, post @ W_out) and `L.mlp bias`
-    (b_out), then `bias` (b_U) when the model has one. Without W_O, head h writes its z into its
-    own d_head slice of the stream.
+    (b_out) unless the blocks are attention-only, `ln_final bias` with a final LayerNorm, then
+    `bias` (b_U) when the model has one. Without W_O, head h writes its z into its own d_head
+    slice of the stream. With a final LayerNorm each stream term x is read as
+    (x - mean(x)) / scale * w, with the scale of the full forward pass.
     """
     cfg, t = model.cfg, model.params
     _, cache = model.run_with_cache(tokens)
     W_U = t["unembed.W_U"][0]
-    terms = {"embed": cache["hook_embed"] @ W_U, "pos": cache["hook_pos_embed"] @ W_U}
+    if cfg.ln_final:
+        scale, gain = cache["ln_final.hook_scale"], t["ln_final.w"][0]
+
+        def read(x):
+            x = x - x.mean(-1, keepdims=True)
+            return (x / scale * gain) @ W_U
+    else:
+        def read(x):
+            return x @ W_U
+    terms = {"embed": read(cache["hook_embed"]), "pos": read(cache["hook_pos_embed"])}
     for layer in range(cfg.n_layers):
         b = f"blocks.{layer}."
         if by_head:
             W_O = t[b + "attn.W_O"][0] if cfg.attn_out else None
             written = write_heads(cfg, cache[b + "attn.hook_z"], W_O)      # (B, T, H, d)
             for h in range(cfg.n_heads):
-                terms[f"{layer}.head {h}"] = written[:, :, h] @ W_U
+                terms[f"{layer}.head {h}"] = read(written[:, :, h])
         else:
-            terms[f"{layer}.attn"] = cache[b + "hook_attn_out"] @ W_U
+            terms[f"{layer}.attn"] = read(cache[b + "hook_attn_out"])
+        if cfg.attn_only:
+            continue
         post = cache[b + "mlp.hook_post"]
-        terms[f"{layer}.mlp"] = post @ t[b + "mlp.W_out"][0] @ W_U
-        terms[f"{layer}.mlp bias"] = np.broadcast_to(
-            t[b + "mlp.b_out"][0] @ W_U, post.shape[:2] + (cfg.d_vocab,))
+        terms[f"{layer}.mlp"] = read(post @ t[b + "mlp.W_out"][0])
+        terms[f"{layer}.mlp bias"] = read(np.broadcast_to(t[b + "mlp.b_out"][0],
+                                                          post.shape[:2] + (cfg.d_model,)))
+    if cfg.ln_final:
+        terms["ln_final bias"] = np.broadcast_to(t["ln_final.b"][0] @ W_U, terms["embed"].shape)
     if cfg.unembed_bias:
         terms["bias"] = np.broadcast_to(t["unembed.b_U"][0], terms["embed"].shape)
     return terms

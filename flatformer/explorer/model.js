@@ -14,6 +14,9 @@ const FlatModel = (() => {
   const GELU_C = Math.sqrt(2 / Math.PI);
   const LN_EPS = 1e-5;
 
+  // d_mlp = 0: attention-only blocks (no MLP, no ln2, no hook_resid_mid), as in model.py.
+  const attnOnly = (cfg) => cfg.d_mlp === 0;
+
   function paramShapes(cfg) {
     const d = cfg.d_model, h = cfg.n_heads, dh = cfg.d_head, m = cfg.d_mlp, v = cfg.d_vocab;
     const shapes = [["embed.W_E", [v, d]], ["pos_embed.W_pos", [cfg.n_ctx, d]]];
@@ -23,10 +26,12 @@ const FlatModel = (() => {
       for (const x of "QKV") shapes.push([b + `attn.W_${x}`, [h, d, dh]]);
       if (cfg.qkv_bias) for (const x of "QKV") shapes.push([b + `attn.b_${x}`, [h, dh]]);
       if (cfg.attn_out) shapes.push([b + "attn.W_O", [h, dh, d]]);
+      if (attnOnly(cfg)) continue;
       if (cfg.normalization === "pre_ln") shapes.push([b + "ln2.w", [d]], [b + "ln2.b", [d]]);
       shapes.push([b + "mlp.W_in", [d, m]], [b + "mlp.b_in", [m]],
                   [b + "mlp.W_out", [m, d]], [b + "mlp.b_out", [d]]);
     }
+    if (cfg.ln_final) shapes.push(["ln_final.w", [d]], ["ln_final.b", [d]]);
     shapes.push(["unembed.W_U", [d, v]]);
     if (cfg.unembed_bias) shapes.push(["unembed.b_U", [v]]);
     return shapes;
@@ -53,10 +58,15 @@ const FlatModel = (() => {
       names.push(b + "hook_resid_pre");
       if (cfg.normalization === "pre_ln") names.push(b + "ln1.hook_scale", b + "ln1.hook_normalized");
       for (const n of ["q", "k", "v", "attn_scores", "pattern", "z"]) names.push(b + `attn.hook_${n}`);
-      names.push(b + "hook_attn_out", b + "hook_resid_mid");
-      if (cfg.normalization === "pre_ln") names.push(b + "ln2.hook_scale", b + "ln2.hook_normalized");
-      names.push(b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out", b + "hook_resid_post");
+      names.push(b + "hook_attn_out");
+      if (!attnOnly(cfg)) {
+        names.push(b + "hook_resid_mid");
+        if (cfg.normalization === "pre_ln") names.push(b + "ln2.hook_scale", b + "ln2.hook_normalized");
+        names.push(b + "mlp.hook_pre", b + "mlp.hook_post", b + "hook_mlp_out");
+      }
+      names.push(b + "hook_resid_post");
     }
+    if (cfg.ln_final) names.push("ln_final.hook_scale", "ln_final.hook_normalized");
     return names;
   }
 
@@ -145,8 +155,15 @@ const FlatModel = (() => {
     return {pre, post, out};
   }
 
+  // The stream as the unembedding reads it: after the final LayerNorm when there is one.
+  function finalNorm(model, h) {
+    const w = model.w;
+    return model.cfg.ln_final ? layerNorm(h, w["ln_final.w"].data, w["ln_final.b"].data).out : h;
+  }
+
   function unembed(model, h) {
     const {cfg, w} = model;
+    h = finalNorm(model, h);
     const logits = vecMat(h, w["unembed.W_U"].data, 0, cfg.d_model, cfg.d_vocab);
     if (cfg.unembed_bias) {
       const b = w["unembed.b_U"].data;
@@ -224,6 +241,10 @@ const FlatModel = (() => {
         return cfg.attn_out ? vecMat(flat, w[b + "attn.W_O"].data, 0, H * dh, d) : flat;
       });
       cache[b + "hook_attn_out"] = attnOut;
+      if (attnOnly(cfg)) {
+        resid = cache[b + "hook_resid_post"] = resid.map((r, i) => add(r, attnOut[i]));
+        continue;
+      }
       resid = cache[b + "hook_resid_mid"] = resid.map((r, i) => add(r, attnOut[i]));  // z = e + Attn(e)
       const ln2 = {scale: [], normalized: []};
       const mlps = resid.map((r) => mlp(model, l, r, ln2));
@@ -236,6 +257,11 @@ const FlatModel = (() => {
       const mlpOut = cache[b + "hook_mlp_out"] = mlps.map((o) => (mlpOff.has(l) ? zeros(d) : o.out));
       resid = cache[b + "hook_resid_post"] = resid.map((r, i) => add(r, mlpOut[i]));   // h = z + FFN(z)
     }
+    if (cfg.ln_final) {
+      const lns = resid.map((r) => layerNorm(r, w["ln_final.w"].data, w["ln_final.b"].data));
+      cache["ln_final.hook_scale"] = lns.map((ln) => [ln.scale]);
+      cache["ln_final.hook_normalized"] = lns.map((ln) => ln.out);
+    }
     return {logits: resid.map((r) => unembed(model, r)), cache};
   }
 
@@ -244,7 +270,7 @@ const FlatModel = (() => {
   // this is exactly the paper's "output landscape".
   function outputMap(model, z, mlpOn = true) {
     const l = model.cfg.n_layers - 1;
-    const h = mlpOn ? add(z, mlp(model, l, z).out) : z;
+    const h = mlpOn && !attnOnly(model.cfg) ? add(z, mlp(model, l, z).out) : z;
     return unembed(model, h);
   }
 
@@ -252,6 +278,7 @@ const FlatModel = (() => {
   // argmax token and entropy (nats) per cell, row 0 at the top (y1). Written without
   // allocation in the loop: it runs on every checkpoint change.
   function outputGrid(model, plane, bounds, G, mlpOn = true) {
+    if (attnOnly(model.cfg) || model.cfg.ln_final) return outputGridPlain(model, plane, bounds, G, mlpOn);
     const {cfg, w} = model, d = cfg.d_model, m = cfg.d_mlp, V = cfg.d_vocab;
     const l = cfg.n_layers - 1, b = `blocks.${l}.`, ln = cfg.normalization === "pre_ln";
     const Win = w[b + "mlp.W_in"].data, bin = w[b + "mlp.b_in"].data;
@@ -290,6 +317,24 @@ const FlatModel = (() => {
         for (let v = 0; v < V; v++) { const e = Math.exp(logit[v] - logit[best]); sum += e; acc += e * (logit[v] - logit[best]); }
         argmax[r * G + c] = best;
         ent[r * G + c] = Math.log(sum) - acc / sum;
+      }
+    }
+    return {argmax, entropy: ent, G};
+  }
+
+  // outputGrid through `outputMap`, for the models its unrolled loop does not cover (no MLP,
+  // or a final LayerNorm).
+  function outputGridPlain(model, plane, bounds, G, mlpOn) {
+    const argmax = new Int32Array(G * G), ent = new Float64Array(G * G);
+    for (let r = 0; r < G; r++) {
+      const py = bounds.y1 - (r + 0.5) / G * (bounds.y1 - bounds.y0);
+      for (let c = 0; c < G; c++) {
+        const px = bounds.x0 + (c + 0.5) / G * (bounds.x1 - bounds.x0);
+        const probs = softmax(outputMap(model, liftPlane(plane, px, py), mlpOn));
+        let best = 0;
+        for (let v = 1; v < probs.length; v++) if (probs[v] > probs[best]) best = v;
+        argmax[r * G + c] = best;
+        ent[r * G + c] = entropy(probs);
       }
     }
     return {argmax, entropy: ent, G};
@@ -451,7 +496,7 @@ const FlatModel = (() => {
   }
 
   return {
-    paramShapes, nParams, unpack, hookNames, forward, outputMap, outputGrid, project, attnInput, mlp,
+    attnOnly, paramShapes, nParams, unpack, hookNames, forward, outputMap, outputGrid, project, attnInput, mlp,
     unembed, softmax, logSoftmax, kl, entropy, sampling, mulberry32, pick, generate, svd,
     circuits, pca2, projectPlane, liftPlane, layerNorm,
   };

@@ -182,7 +182,7 @@
     const title = DATA.task ? `${DATA.task}` : DATA.title;
     const facts = [`${DATA.preset || "custom"} · ${DATA.n_params.toLocaleString("en")} parameters`,
       `d_model ${cfg.d_model} · ${L} layer${L > 1 ? "s" : ""} · ${H} head${H > 1 ? "s" : ""} of ${cfg.d_head}`,
-      `d_mlp ${cfg.d_mlp} (${cfg.act_fn === "gelu" ? "GELU tanh" : "ReLU"}) · ${cfg.normalization === "pre_ln" ? "pre-LayerNorm" : "no LayerNorm"}`,
+      `${M.attnOnly(cfg) ? "attention-only (no MLP)" : `d_mlp ${cfg.d_mlp} (${cfg.act_fn === "gelu" ? "GELU tanh" : "ReLU"})`} · ${cfg.normalization === "pre_ln" ? "pre-LayerNorm" : "no LayerNorm"}${cfg.ln_final ? " · final LayerNorm" : ""}`,
       `${cfg.attn_out ? "with W_O" : "no W_O (heads concatenated)"} · context ${cfg.n_ctx} · vocabulary ${V}`];
     const el = h("header", {class: "top"},
       h("div", {class: "title-row"},
@@ -301,7 +301,7 @@
         if (e.target.checked) off.delete(key); else off.add(key);
         setState({off: [...off].sort()});
       }));
-    const mlpBoxes = Array.from({length: L}, (_, l) => toggle(`mlp-${l}`, L > 1 ? `MLP${l}` : "MLP",
+    const mlpBoxes = Array.from({length: M.attnOnly(cfg) ? 0 : L}, (_, l) => toggle(`mlp-${l}`, L > 1 ? `MLP${l}` : "MLP",
       `MLP of layer ${l}: untick to zero its output (hook_mlp_out)`, true, (e) => {
         const mlp = new Set(state.mlp);
         if (e.target.checked) mlp.delete(l); else mlp.add(l);
@@ -393,7 +393,9 @@
     });
     const arith = h("div", {class: "arith", id: `arith-${l}`, "aria-live": "polite"});
     const out = heat(cfg.attn_out ? "attention output (z W_O)" : "attention output (heads concatenated)", b + "hook_attn_out", cfg.d_model);
-    const mid = heat("residual after attention", b + "hook_resid_mid", cfg.d_model);
+    // Attention-only blocks have no resid_mid: the stream after attention is the block's output.
+    const midHook = M.attnOnly(cfg) ? b + "hook_resid_post" : b + "hook_resid_mid";
+    const mid = heat("residual after attention", midHook, cfg.d_model);
     const qk = new Plane({title: "query–key plane", size: 330});
     el.append(ln ? row(ln.el) : "", h("div", {class: "heads"}, heads.map((c) => c.el), arith),
       h("h3", {}, "Output and geometry"),
@@ -415,7 +417,7 @@
         card.el.classList.toggle("off", off);
       });
       show(out, cache[b + "hook_attn_out"], rows, dims(cfg.d_model), "resid");
-      show(mid, cache[b + "hook_resid_mid"], rows, dims(cfg.d_model), "resid");
+      show(mid, cache[midHook], rows, dims(cfg.d_model), "resid");
       arith.style.display = sel ? "" : "none";
       if (sel) drawArithmetic(arith, c, sel);
       geometry.qkPlane(qk, c, l, sel ? sel.h : 0, sel ? sel.q : T - 1);
@@ -502,7 +504,8 @@
   function readoutPanel() {
     const el = section("readout", "Read out",
       "The last residual is multiplied by the unembedding W_U (plus its bias): one logit per vocabulary token. The next token's distribution then goes through temperature, top-k and top-p before the sampler draws.");
-    const logits = heat("logits", "unembed (resid_post · W_U + b_U)", V);
+    const lnFinal = cfg.ln_final ? heat("final LayerNorm", "ln_final.hook_normalized", cfg.d_model) : null;
+    const logits = heat("logits", cfg.ln_final ? "unembed (ln_final(resid_post) · W_U + b_U)" : "unembed (resid_post · W_U + b_U)", V);
     const probs = heat("probabilities", "softmax(logits)", V, {kind: "sequential", unit: true});
     const temp = h("input", {type: "range", id: "temp", min: -2, max: 0.7, step: 0.01, "aria-label": "temperature (log scale)",
       oninput: () => setState({temp: +Math.pow(10, +temp.value).toPrecision(3)})});
@@ -520,7 +523,7 @@
       onchange: () => { const n = Math.round(+count.value); if (n >= 1 && n <= 64) setState({n}); }});
     const gen = h("div", {class: "gen", id: "generated"});
     const table = h("table", {class: "draws", id: "draws"});
-    el.append(row(logits.el, probs.el),
+    el.append(lnFinal ? row(lnFinal.el) : "", row(logits.el, probs.el),
       h("h3", {}, "Next token"),
       h("div", {class: "controls"},
         h("label", {}, "temperature ", temp, tempOut),
@@ -535,6 +538,7 @@
       gen, table);
     return {el, update(c) {
       const rows = posLabels(c.seq);
+      if (lnFinal) show(lnFinal, c.run.cache["ln_final.hook_normalized"], rows, dims(cfg.d_model), "resid");
       show(logits, c.run.logits, rows, vocab, "logits");
       show(probs, c.run.logits.map((r) => M.softmax(r)), rows, vocab, "logits", {limit: 1});
       temp.value = Math.log10(state.temp); tempOut.textContent = `${state.temp}`;
@@ -618,7 +622,7 @@
       const model = c.model, seq = c.seq, base = c.base.logits[c.T - 1];
       const options = [];
       for (let l = 0; l < L; l++) for (let hd = 0; hd < H; hd++) options.push([`head ${l}.${hd} off`, `blocks.${l}.attn.hook_z[:, :, ${hd}] = 0`, {off: [`${l}.${hd}`]}]);
-      for (let l = 0; l < L; l++) options.push([`MLP ${l} off`, `blocks.${l}.hook_mlp_out = 0`, {mlp: [l]}]);
+      if (!M.attnOnly(cfg)) for (let l = 0; l < L; l++) options.push([`MLP ${l} off`, `blocks.${l}.hook_mlp_out = 0`, {mlp: [l]}]);
       options.push(["positions off", "hook_pos_embed = 0", {pos: true}]);
       options.push(["β = 0 (uniform attention)", "hook_attn_scores × 0", {beta: 0}]);
       options.push(["β = 3 (sharper attention)", "hook_attn_scores × 3", {beta: 3}]);
@@ -681,12 +685,16 @@
   // ---- Logit lens ----
   function lensPanel() {
     const el = section("lens", "Logit lens",
-      "The unembedding read off the residual stream after the embedding, after each attention and after each MLP: what the model would predict if it stopped there. Exact here: there is no final LayerNorm, so the last row is the model's own output.");
+      "The unembedding read off the residual stream after the embedding, after each attention" + (M.attnOnly(cfg) ? "" : " and after each MLP") +
+      ": what the model would predict if it stopped there. " + (cfg.ln_final
+        ? "The final LayerNorm is applied to each row's stream (its scale recomputed), so the last row is the model's own output."
+        : "Exact here: there is no final LayerNorm, so the last row is the model's own output."));
     const grid = h("div", {class: "lens", id: "lens-grid"});
     el.appendChild(grid);
     const stages = [["after embedding", "blocks.0.hook_resid_pre"]];
     for (let l = 0; l < L; l++) {
-      stages.push([`after attention ${l}`, `blocks.${l}.hook_resid_mid`], [`after MLP ${l}`, `blocks.${l}.hook_resid_post`]);
+      if (M.attnOnly(cfg)) stages.push([`after attention ${l}`, `blocks.${l}.hook_resid_post`]);
+      else stages.push([`after attention ${l}`, `blocks.${l}.hook_resid_mid`], [`after MLP ${l}`, `blocks.${l}.hook_resid_post`]);
     }
     let cells = [], shown = "", tips = [];
     grid.addEventListener("mousemove", (e) => {
@@ -757,7 +765,7 @@
 
   // ---- assemble ----
   const panels = [headerPanel(), sequencePanel(), toolbar(), embedPanel()];
-  for (let l = 0; l < L; l++) panels.push(attendPanel(l), thinkPanel(l));
+  for (let l = 0; l < L; l++) panels.push(attendPanel(l), ...(M.attnOnly(cfg) ? [] : [thinkPanel(l)]));
   panels.push(readoutPanel(), knobsPanel(), circuitsPanel(), lensPanel());
   const footer = h("footer", {},
     "Every number on this page is computed in your browser from the exported weights (float64, the same arithmetic as the Python engine); nothing is fetched from the network. ",

@@ -440,7 +440,7 @@ def compute_value_arrows(ctx: FigureContext, n: int = 160) -> ValueArrows:
     rows = np.arange(len(inputs))
     e = cache[b + "hook_resid_pre"][rows, index]
     moved = cache[b + "hook_attn_out"][rows, index]
-    z = cache[b + "hook_resid_mid"][rows, index]
+    z = cache[b + ("hook_resid_post" if ctx.cfg.attn_only else "hook_resid_mid")][rows, index]
     correct = allowed[rows, logits[rows, index].argmax(-1)]
     if ctx.cfg.d_model == 2:
         plane = ctx.embeddings.plane

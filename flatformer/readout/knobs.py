@@ -106,6 +106,8 @@ def switches(cfg, heads_off=(), mlps_off=(), positions: bool = True,
     for layer in mlps_off:
         if not 0 <= layer < cfg.n_layers:
             raise FlatformerError(f"no MLP {layer}: the model has {cfg.n_layers} layer(s)")
+        if cfg.attn_only:
+            raise FlatformerError("no MLP to switch off: the blocks are attention-only")
         hooks.append(mlp_off(layer))
     if not positions:
         hooks.append(positions_off())
@@ -135,7 +137,8 @@ def standard_knobs(model: Transformer, reference, betas=BETAS) -> list[Knob]:
         for head in range(cfg.n_heads):
             knobs.append(Knob(f"head {layer}.{head} zero", zero_head(layer, head)))
             knobs.append(Knob(f"head {layer}.{head} mean", mean_head(layer, head, means)))
-    knobs += [Knob(f"mlp {layer} off", mlp_off(layer)) for layer in range(cfg.n_layers)]
+    if not cfg.attn_only:
+        knobs += [Knob(f"mlp {layer} off", mlp_off(layer)) for layer in range(cfg.n_layers)]
     knobs.append(Knob("positions off", positions_off()))
     knobs += [Knob(f"beta {beta:g}", scale_scores(beta, n_layers=cfg.n_layers)) for beta in betas]
     return knobs

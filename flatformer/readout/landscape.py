@@ -18,10 +18,22 @@ class NotInPlane(FlatformerError):
     """A view that only makes sense when the residual stream is the plane (d_model == 2)."""
 
 
-def unembed(model: Transformer, resid: np.ndarray) -> np.ndarray:
-    """Logits (..., V) for residual-stream vectors (..., d): resid @ W_U (+ b_U)."""
+def final_norm(model: Transformer, resid: np.ndarray) -> np.ndarray:
+    """The stream as the unembedding reads it: through the final LayerNorm when the model has
+    one (its scale computed from `resid` itself), else unchanged."""
+    resid = np.asarray(resid, dtype=np.float64)
+    if not model.cfg.ln_final:
+        return resid
     t = model.tensors
-    logits = np.asarray(resid) @ t["unembed.W_U"]
+    centred = resid - resid.mean(-1, keepdims=True)
+    return (centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + LN_EPS) * t["ln_final.w"]
+            + t["ln_final.b"])
+
+
+def unembed(model: Transformer, resid: np.ndarray) -> np.ndarray:
+    """Logits (..., V) for residual-stream vectors (..., d): final_norm(resid) @ W_U (+ b_U)."""
+    t = model.tensors
+    logits = final_norm(model, resid) @ t["unembed.W_U"]
     if model.cfg.unembed_bias:
         logits = logits + t["unembed.b_U"]
     return logits
@@ -29,11 +41,14 @@ def unembed(model: Transformer, resid: np.ndarray) -> np.ndarray:
 
 def output_logits(model: Transformer, points: np.ndarray) -> np.ndarray:
     """The last block's output network at residual points z (..., d): logits (..., V) of
-    h = z + FFN(LN2(z)), read out by the unembedding. For a one-block model z is the
-    `blocks.0.hook_resid_mid` of a position, and this equals the model's logits there."""
+    h = z + FFN(LN2(z)) (h = z for attention-only blocks), read out by the unembedding. For a
+    one-block model z is the `blocks.0.hook_resid_mid` of a position, and this equals the
+    model's logits there."""
     cfg, t = model.cfg, model.tensors
     b = f"blocks.{cfg.n_layers - 1}."
     z = np.asarray(points, dtype=np.float64)
+    if cfg.attn_only:
+        return unembed(model, z)
     x = z
     if cfg.normalization == "pre_ln":
         centred = z - z.mean(-1, keepdims=True)

@@ -60,8 +60,16 @@ def trace(model: Transformer, tokens, vocab: list[str]) -> Trace:
         blocks.append(BlockTrace(
             c[b + "hook_resid_pre"], c[b + "attn.hook_q"], c[b + "attn.hook_k"],
             c[b + "attn.hook_v"], c[b + "attn.hook_attn_scores"], c[b + "attn.hook_pattern"],
-            c[b + "attn.hook_z"], c[b + "hook_attn_out"], c[b + "hook_resid_mid"],
-            c[b + "hook_mlp_out"], c[b + "hook_resid_post"]))
+            c[b + "attn.hook_z"], c[b + "hook_attn_out"], *_after_attention(model.cfg, c, b),
+            c[b + "hook_resid_post"]))
     text = [vocab[t] for t in tokens]
     return Trace(tokens, [point_label(w, i) for i, w in enumerate(text)], text,
                  c["hook_embed"], c["hook_pos_embed"], blocks, logits[0], softmax(logits[0]), c)
+
+
+def _after_attention(cfg, c: dict, b: str):
+    """(resid_mid, mlp_out) of block `b`: an attention-only block's stream after attention is
+    its output, and its MLP writes zero."""
+    if cfg.attn_only:
+        return c[b + "hook_resid_post"], np.zeros_like(c[b + "hook_resid_post"])
+    return c[b + "hook_resid_mid"], c[b + "hook_mlp_out"]
