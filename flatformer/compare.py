@@ -22,10 +22,10 @@ direction); the fit is then only a common frame to draw in, and `Comparison.symm
 
 The measures. Generic, for any task: the final rule error, the alignment residual, whether the
 position embeddings form a monotone ladder, and (for d_model == 2) the cyclic order of the rule
-targets' zones around the output landscape. Task-declared: a task whose checks are the recall
-checks of `analysis.algorithm` ("after a marker, recall the most recent wanted token", such as
-plus-last-even) also gets: wanted / other / marker classes pairwise linearly separable (token
-embeddings; token + position points), the wanted tokens' embeddings on a line (and their order
+targets' zones around the output landscape. Task-declared: a task that declares recall roles
+(`Task.recall`: "after a marker, recall the most recent wanted token", such as plus-last-even)
+also gets: wanted / other / marker classes pairwise linearly separable (token embeddings;
+token + position points), the wanted tokens' embeddings on a line (and their order
 along it), the marker's queries separable from the other queries, recency read from the
 weights (for each wanted key token, later positions score higher with the marker's queries),
 recency in the held-out windows (`algorithm.recency_share`, for all seeds at once), and
@@ -40,7 +40,6 @@ rotation and reflection, since the seeds are aligned by maps that may reflect.
 
 from __future__ import annotations
 
-import inspect
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -131,18 +130,12 @@ class RecallSpec:
 
 
 def recall_spec(task) -> RecallSpec | None:
-    """The roles a task declared through `algorithm.recall_checks`, or None.
-
-    The analysis module keeps them inside the checks function it registers for the task, so
-    they are read from that function's closure: one declaration, no copy here.
-    """
-    checks = algorithm.checks_for(task)
-    if checks is None or not checks.__qualname__.startswith("recall_checks."):
+    """The roles a task declares (`Task.recall`) as token ids, or None."""
+    roles = getattr(task, "recall", None)
+    if roles is None:
         return None
-    found = inspect.getclosurevars(checks).nonlocals
-    vocab = list(task.vocab)
-    return RecallSpec(vocab.index(found["marker"]), [vocab.index(w) for w in found["wanted"]],
-                      [vocab.index(o) for o in found["other"]], tuple(found["names"]))
+    marker, wanted, other = roles.ids(list(task.vocab))
+    return RecallSpec(marker, wanted, other, tuple(roles.names))
 
 
 # --------------------------------------------------------------------------- zones of the landscape

@@ -8,7 +8,7 @@ import pytest
 from flatformer.analysis import algorithm
 from flatformer.analysis.algorithm import (
     Context, checks_for, class_separation, nudge, position_ladder, production, query_separation,
-    recall_sources, recency, register_checks, retrieval, run_checks)
+    recall_sources, recency, retrieval, run_checks)
 from flatformer.analysis.geometry import hull_distance, ladder, min_norm_point, separation
 from flatformer.data import TaskData
 from flatformer.evaluate import evaluate_run
@@ -170,7 +170,9 @@ def test_encode_and_detect_measures_on_the_paper_model(paper):
 
 def test_tasks_declare_their_checks(paper):
     run, model, data = paper
-    assert checks_for(get_task("plus-last-even")) is algorithm.CHECKS["plus-last-even"]
+    recall = get_task("plus-last-even").recall
+    assert (recall.marker, recall.names) == ("+", ("even", "odd", "+"))
+    assert run_checks(model, get_task("plus-last-even"), data)[0]["step"] == "1 encode"
 
     class Declared:
         name = "declared-task"
@@ -185,14 +187,4 @@ def test_tasks_declare_their_checks(paper):
 
     assert run_checks(model, Declared(), data)[0]["value"] == 12
     assert run_checks(model, Unknown(), data) is None
-
-    @register_checks("registered-task")
-    def registered(ctx: Context):
-        return [{"step": "x", "measure": "m", "value": 1.0, "shown": "1"}]
-
-    class Registered:
-        name = "registered-task"
-    try:
-        assert checks_for(Registered()) is registered
-    finally:
-        del algorithm.CHECKS["registered-task"]
+    assert checks_for(get_task("add-mod-5")) is None

@@ -203,7 +203,11 @@ def test_resample_needs_a_task_that_corrupts(paper):
     from flatformer.errors import FlatformerError
     from flatformer.tasks import get_task
     run, _ = paper
-    task = get_task("last-odd")
+
+    class NoCorruption(type(get_task("last-odd"))):
+        def corrupt(self, inputs, index, rng):
+            return None
+    task = NoCorruption()
     data = TaskData.build(task, run.cfg.n_ctx)
     with pytest.raises(FlatformerError, match="declares no corruption"):
         build_problem(run.model(), task, data, "resample")

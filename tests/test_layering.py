@@ -1,8 +1,13 @@
 """The layering the README describes: the numeric layer and the analyses load no drawing or
-terminal package."""
+terminal package, and no module reads another's closures."""
 
 import subprocess
 import sys
+from pathlib import Path
+
+import flatformer
+
+PACKAGE = Path(flatformer.__file__).parent
 
 
 def imported_after(statement: str) -> set[str]:
@@ -25,3 +30,7 @@ def test_the_issue_statement_holds():
     subprocess.run([sys.executable, "-c", "import flatformer.compare, flatformer.analysis; "
                     "import sys; assert 'matplotlib' not in sys.modules"], check=True)
 
+
+def test_no_module_reads_closures():
+    sources = [p.read_text() for p in PACKAGE.rglob("*.py")]
+    assert not [s for s in sources if "getclosurevars" in s]

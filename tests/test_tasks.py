@@ -154,3 +154,24 @@ def test_forced_targets_give_the_same_rule_error_as_before():
     picked = logits_at(params, data.rule_inputs, data.rule_index)
     old = (picked.argmax(-1) != data.rule_targets).mean(1)
     assert np.array_equal(evaluate(params, data, with_loss=False)[1], old)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_corruption_changes_what_the_rule_forces(name):
+    """Every task but the grammar declares a corruption: each corrupt window's rule target is the
+    one returned, and differs from the clean target; recall tasks change exactly the recalled
+    token, to another wanted one."""
+    task = get_task(name)
+    data = TaskData.build(task, 8)
+    keep = data.rule_targets >= 0
+    inputs, index, target = data.rule_inputs[keep], data.rule_index[keep], data.rule_targets[keep]
+    made = task.corrupt(inputs, index, np.random.default_rng(0))
+    if name == "tiny-grammar":
+        assert made is None        # only `.` is ever forced
+        return
+    corrupt, new = made
+    assert corrupt.shape == inputs.shape and (new != target).all()
+    assert all(task.forced_after(w[:i + 1])[0] == t for w, i, t in zip(corrupt, index, new))
+    if task.recall is not None:
+        assert ((corrupt != inputs).sum(1) == 1).all()
+        assert task.recall.mask(task.vocab)[new].all()

@@ -10,11 +10,11 @@ arrays, so other analyses (many-seed comparisons) can call them one by one:
 - `production`: (4) produce
 - `nudge`: (5) nudge
 
-Tasks declare which checks apply to them: a `checks` attribute on the task class (a function of
-a `Context` returning rows), or a function registered here under the task's name with
-`@register_checks("task-name")`. `checks_for(task)` finds them; the command reports those a task
-has. `recall_checks(marker, wanted, other)` builds the five steps for any task of the form "after
-`marker`, say the most recent token in `wanted`", such as plus-last-even.
+Tasks declare which checks apply to them: a task whose rule is a recall declares its roles as
+data (`Task.recall`: "after `marker`, say the most recent token in `wanted`", such as
+plus-last-even), and `recall_checks(roles)` builds the five steps from them; a task may instead
+declare a `checks` attribute (a function of a `Context` returning rows). `checks_for(task)` finds
+them; the command reports those a task has.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import numpy as np
 
 from ..data import TaskData
 from ..readout import combined_points, projections, write_heads
+from ..tasks.base import Recall
 from ..transformer import Transformer
 from .geometry import ladder, separation
 
@@ -154,16 +155,16 @@ def row(step: str, measure: str, value: float, shown: str) -> dict:
     return {"step": step, "measure": measure, "value": value, "shown": shown}
 
 
-def recall_checks(marker: str, wanted: list[str], other: list[str],
-                  names: tuple[str, str, str] = ("wanted", "other", "marker")) -> Callable:
-    """The five steps for a task "after `marker`, the most recent token in `wanted`"; `other`
-    is the rest of the tokens that may be recalled past. `names` label the three classes."""
+def recall_checks(roles: Recall) -> Callable:
+    """The five steps for a task "after `roles.marker`, the most recent token in
+    `roles.wanted`"; `roles.other` are the rest of the tokens that may be recalled past, and
+    `roles.names` label the three classes."""
+    marker, names = roles.marker, roles.names
+
     def checks(ctx: Context) -> list[dict]:
-        model, vocab = ctx.model, ctx.task.vocab
-        m = vocab.index(marker)
-        want_ids, other_ids = [vocab.index(w) for w in wanted], [vocab.index(o) for o in other]
-        wanted_mask = np.zeros(model.cfg.d_vocab, dtype=bool)
-        wanted_mask[want_ids] = True
+        model, vocab = ctx.model, list(ctx.task.vocab)
+        m, want_ids, other_ids = roles.ids(vocab)
+        wanted_mask = roles.mask(vocab)
         data = ctx.data
         # The windows whose prediction follows the marker and is forced (a recall to measure).
         keep = (data.rule_targets >= 0) & (data.rule_inputs[np.arange(len(data.rule_index)),
@@ -219,29 +220,14 @@ def recall_checks(marker: str, wanted: list[str], other: list[str],
     return checks
 
 
-CHECKS: dict[str, Callable[[Context], list[dict]]] = {}
-
-
-def register_checks(task_name: str):
-    """Decorator: `fn(ctx) -> rows` are the checks of the task called `task_name`."""
-    def add(fn):
-        CHECKS[task_name] = fn
-        return fn
-    return add
-
-
 def checks_for(task) -> Callable[[Context], list[dict]] | None:
-    """The checks a task declares (its `checks` attribute, else the registry), or None."""
+    """The checks a task declares (its `checks` attribute, else the recall checks of its
+    `recall` roles), or None."""
     declared = getattr(type(task), "checks", None)
-    return declared if callable(declared) else CHECKS.get(task.name)
-
-
-EVENS = [str(i) for i in range(0, 11, 2)]
-ODDS = [str(i) for i in range(1, 11, 2)]
-register_checks("plus-last-even")(recall_checks("+", EVENS, ODDS, ("even", "odd", "+")))
-# The same algorithm with the parity flipped (numbers 0..9, marker `*`).
-register_checks("last-odd")(recall_checks("*", [str(i) for i in range(1, 10, 2)],
-                                          [str(i) for i in range(0, 10, 2)], ("odd", "even", "*")))
+    if callable(declared):
+        return declared
+    roles = getattr(task, "recall", None)
+    return None if roles is None else recall_checks(roles)
 
 
 def run_checks(model: Transformer, task, data: TaskData) -> list[dict] | None:

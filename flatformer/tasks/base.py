@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..config import ModelConfig
 from ..errors import FlatformerError
+
+
+@dataclass(frozen=True)
+class Recall:
+    """The roles of a task "after `marker`, say the most recent earlier token in `wanted`":
+    the marker, the tokens the rule recalls, the other tokens it recalls past, and a name for
+    each of the three classes (wanted, other, marker). The analysis measures the five steps of
+    the paper's algorithm from these, compare aligns seeds by them, and `Task.corrupt` swaps the
+    recalled token for another wanted one."""
+
+    marker: str
+    wanted: tuple[str, ...]
+    other: tuple[str, ...]
+    names: tuple[str, str, str]        # e.g. ("even", "odd", "+")
+
+    def ids(self, vocab: list[str]) -> tuple[int, list[int], list[int]]:
+        """(marker, wanted, other) as token ids of `vocab`."""
+        return (vocab.index(self.marker), [vocab.index(w) for w in self.wanted],
+                [vocab.index(o) for o in self.other])
+
+    def mask(self, vocab: list[str]) -> np.ndarray:
+        """(V,) bool: which tokens are wanted."""
+        m = np.zeros(len(vocab), dtype=bool)
+        m[self.ids(vocab)[1]] = True
+        return m
 
 
 class Task:
@@ -33,6 +60,9 @@ class Task:
     # Model and recipe settings this task trains with unless the user's --set says otherwise,
     # e.g. {"n_layers": 2} (it needs a second layer) or {"steps": 5000} (it learns sooner).
     defaults: dict = {}
+    # The roles its tokens play, when the rule is a recall ("after a marker, the most recent
+    # token of a class"): read by the analysis, compare and corruption. None for other rules.
+    recall: Recall | None = None
 
     def sample(self, rng: np.random.Generator) -> list[int]:
         raise NotImplementedError
@@ -55,11 +85,57 @@ class Task:
         mask[np.flatnonzero(forced), target[forced]] = True
         return mask, np.where(forced, source, -1)
 
+    def forced_after(self, prefix: np.ndarray) -> tuple[int, int]:
+        """(target, source) the rule forces for the token after `prefix`: (-1, -1) when it
+        leaves that token free."""
+        target, source = self.rule(np.append(np.asarray(prefix), 0))
+        return int(target[-1]), int(source[-1])
+
     def corrupt(self, inputs: np.ndarray, index: np.ndarray, rng: np.random.Generator):
-        """Corrupted copies of rule windows (W, T) whose prediction is at `index` (W,), for
-        resample ablation and path patching: (corrupt inputs, the rule's target in each
-        corrupt window). None when the task declares no corruption (the default)."""
-        return None
+        """Corrupted copies of rule windows (W, T) whose prediction at `index` (W,) the rule
+        forces, for activation patching, resample ablation and path patching: (corrupt inputs,
+        the rule's target in each corrupt window), each target different from the clean one.
+
+        One token changes per window: for a recall task, the token the rule must retrieve
+        becomes another wanted token (uniformly); otherwise the first single change (the rule's
+        source position first, then the others; tokens in a random order) under which the rule
+        still forces a target, a different one. Raises FlatformerError when a window cannot be corrupted so.
+        """
+        inputs = np.array(inputs, dtype=np.int64)
+        index = np.asarray(index)
+        rows = np.arange(len(inputs))
+        if self.recall is not None:
+            wanted = self.recall.ids(self.vocab)[1]
+            mask = self.recall.mask(self.vocab)
+            before = (np.arange(inputs.shape[1]) < index[:, None]) & mask[inputs]
+            if not before.any(1).all():
+                raise FlatformerError(f"corrupt: a window of {self.name} holds no "
+                                      f"{self.recall.names[0]} token before its prediction")
+            source = inputs.shape[1] - 1 - before[:, ::-1].argmax(1)
+            wanted = np.asarray(wanted)
+            slot = (inputs[rows, source][:, None] == wanted[None]).argmax(1)
+            new = wanted[(slot + rng.integers(1, len(wanted), len(rows))) % len(wanted)]
+            inputs[rows, source] = new
+            return inputs, new
+        targets = np.empty(len(inputs), dtype=np.int64)
+        for w, (window, i) in enumerate(zip(inputs, index)):
+            target, source = self.forced_after(window[:i + 1])
+            if target < 0:
+                raise FlatformerError(f"corrupt: the rule of {self.name} does not force the "
+                                      f"token after position {i} of window {w}")
+            others = [p for p in rng.permutation(i + 1) if p != source]
+            for p, token in ((p, t) for p in [source, *others]
+                             for t in rng.permutation(len(self.vocab))):
+                changed = window.copy()
+                changed[p] = token
+                new = self.forced_after(changed[:i + 1])[0]
+                if new >= 0 and new != target:
+                    inputs[w], targets[w] = changed, new
+                    break
+            else:
+                raise FlatformerError(f"corrupt: no single token change of window {w} changes "
+                                      f"what the rule of {self.name} forces")
+        return inputs, targets
 
     def check_config(self, cfg) -> None:
         """Raise FlatformerError when the model config cannot serve this task (default: any)."""

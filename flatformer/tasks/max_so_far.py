@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..errors import FlatformerError
 from .base import MarkerTask
 
 
@@ -39,3 +42,21 @@ class MaxSoFar(MarkerTask):
             return -1, -1
         top = max(t for t, _ in numbers)
         return top, max(p for t, p in numbers if t == top)
+
+    def corrupt(self, inputs, index, rng):
+        """Every occurrence of the maximum so far lowered to one smaller number (uniformly), or,
+        when the maximum is 0, one 0 raised: the maximum, so the target, changes. (A single
+        change cannot always do it: the maximum may appear twice.)"""
+        inputs = np.array(inputs, dtype=np.int64)
+        targets = np.empty(len(inputs), dtype=np.int64)
+        for w, i in enumerate(index):
+            prefix = inputs[w, :i + 1]                     # a view: edits change the window
+            top = self.forced_after(prefix)[0]
+            if top < 0:
+                raise FlatformerError(f"corrupt: no number before position {i} of window {w}")
+            if top > 0:
+                prefix[prefix == top] = rng.integers(0, top)
+            else:
+                prefix[rng.choice(np.flatnonzero(prefix == 0))] = rng.integers(1, 10)
+            targets[w] = self.forced_after(prefix)[0]
+        return inputs, targets

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Task, recent_target
+from .base import Recall, Task, recent_target
 
 PLUS = 11
 EVEN = np.array([i % 2 == 0 for i in range(11)] + [False])
@@ -33,6 +33,8 @@ class PlusLastEven(Task):
     demo = "4 1 + 4 6 9 5 +"
     measured = "0.0%"
     measured_error = 0.0
+    recall = Recall("+", tuple(str(i) for i in range(0, 11, 2)),
+                    tuple(str(i) for i in range(1, 11, 2)), ("even", "odd", "+"))
 
     def sample(self, rng):
         length = int(rng.integers(self.min_len, self.max_len + 1))
@@ -51,17 +53,3 @@ class PlusLastEven(Task):
 
     def rule(self, seq):
         return recent_target(seq, PLUS, EVEN)
-
-    def corrupt(self, inputs, index, rng):
-        """The even number the rule must retrieve (the last even before `index`) replaced by
-        another even number, uniformly: the corrupt target is the replacement."""
-        inputs = np.array(inputs)
-        rows = np.arange(len(inputs))
-        before = (np.arange(inputs.shape[1]) < np.asarray(index)[:, None]) & EVEN[inputs]
-        if not before.any(1).all():
-            raise ValueError("corrupt: a window has no even number before its prediction")
-        source = inputs.shape[1] - 1 - before[:, ::-1].argmax(1)
-        old = inputs[rows, source] // 2
-        new = 2 * ((old + rng.integers(1, 6, len(rows))) % 6)
-        inputs[rows, source] = new
-        return inputs, new

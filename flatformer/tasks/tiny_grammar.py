@@ -158,6 +158,11 @@ class TinyGrammar(Task):
                     break
         return mask, source
 
+    def corrupt(self, inputs, index, rng):
+        """None: the only token the grammar ever forces is `.`, so no change of a prompt can
+        make the rule force a different one."""
+        return None
+
     def rule(self, seq):
         """Forced targets: positions where the grammar allows exactly one word (`.`)."""
         mask, source = self.allowed(seq)
