@@ -4,9 +4,23 @@ the training job and its run folders: shared by `train`, `reproduce`, sweeps and
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .errors import FlatformerError
+
+MAX_STEPS_VARIABLE = "FLATFORMER_MAX_STEPS"
+
+
+def max_steps() -> int | None:
+    """The cap that FLATFORMER_MAX_STEPS puts on every training job's steps (None: unset).
+    The README's docs test sets it so that every command there finishes in seconds."""
+    value = os.environ.get(MAX_STEPS_VARIABLE, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise FlatformerError(f"{MAX_STEPS_VARIABLE} must be a whole number >= 1, got {value!r}")
+    return int(value)
 
 
 def parse_sets(pairs: list[str]) -> dict:
@@ -75,6 +89,13 @@ def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets,
                      **{k: v for k, v in overrides.items() if k in model_fields})
         recipe = get_recipe(recipe_name, **{k: v for k, v in overrides.items()
                                             if k in recipe_fields})
+        capped_from = None
+        cap = max_steps()
+        if cap is not None and recipe.steps > cap:
+            # A capped run chooses its candidate early, as any short run does (get_recipe).
+            capped = {k: v for k, v in overrides.items() if k in recipe_fields
+                      and not (k == "select_step" and v > cap)}
+            capped_from, recipe = recipe.steps, get_recipe(recipe_name, **{**capped, "steps": cap})
     except TypeError as exc:
         raise FlatformerError(f"--set: {exc}") from None
     task.check_config(cfg)
@@ -90,4 +111,12 @@ def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets,
     data_seed = overrides.get("data_seed", 0)
     if not isinstance(data_seed, int) or isinstance(data_seed, bool) or data_seed < 0:
         raise FlatformerError(f"--set: data_seed must be a whole number >= 0, got {data_seed!r}")
-    return Job(task, cfg, recipe, seed_list, dirs, data_seed, extra), out_dir
+    return Job(task, cfg, recipe, seed_list, dirs, data_seed, extra, capped_from), out_dir
+
+
+def capped_note(job) -> str | None:
+    """The one line that says a run was shortened by FLATFORMER_MAX_STEPS (None: it was not)."""
+    if job.capped_from is None:
+        return None
+    return (f"note: {MAX_STEPS_VARIABLE}={job.recipe.steps} caps this run at "
+            f"{job.recipe.steps} steps (asked: {job.capped_from})")

@@ -153,6 +153,7 @@ class Job:
     out_dirs: list[Path]
     data_seed: int = 0
     config_extra: dict = dataclasses.field(default_factory=dict)
+    capped_from: int | None = None      # the steps asked for, when FLATFORMER_MAX_STEPS cut them
 
     def run_config(self, seed: int) -> dict:
         return {"flatformer": __version__, "task": self.task.name, "seed": seed,
