@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from .errors import FlatformerError
-from .jobs import build_job
+from .jobs import build_job, capped_note
 
 app = typer.Typer(
     help="flatformer: train a transformer small enough to see through, then look inside it.",
@@ -24,36 +24,53 @@ console = Console(stderr=True)
 out = Console()
 
 
-def training_progress(total_steps: int, label: str):
-    """A rich progress bar and the trainer callback that feeds it every 100 steps."""
-    progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("step {task.completed:>6.0f}/{task.total:.0f}"),
-                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=console)
+def progress_display(*columns, transient: bool = False) -> Progress:
+    """A rich progress display that degrades gracefully. Outside a terminal (a pipe, a log, CI)
+    it draws nothing, and the command's own lines say what happened; the bar takes the width
+    left over by the text, and under 100 columns the time left goes, so that at 80 columns
+    nothing is cut to `0:00:…`."""
+    if console.width < 100:
+        columns = tuple(c for c in columns if not isinstance(c, TimeRemainingColumn))
+    return Progress(*columns, console=console, transient=transient, expand=True,
+                    disable=not console.is_interactive)
+
+
+def training_progress(total_steps: int, label: str, note: str | None = None):
+    """A rich progress bar and the trainer callback that feeds it every 100 steps; `note`, if
+    any, is printed once above it."""
+    progress = progress_display(TextColumn("{task.description}"), BarColumn(bar_width=None),
+                                TextColumn("{task.completed:>5.0f}/{task.total:.0f}"),
+                                TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                                TimeRemainingColumn())
     bar = progress.add_task(label, total=total_steps, info="")
+    shown = []
 
     def callback(trainer):
         if trainer.step % 100 and trainer.step != total_steps:
             return
-        progress.start()  # on the first report, so that a refused folder shows only its error
+        if not shown:  # the first report: a refused folder shows only its error
+            shown.append(True)
+            if note:
+                console.print(note, markup=False, highlight=False, soft_wrap=True)
+            progress.start()
         info = ""
         rows = [m[-1] for m in trainer.metrics if m]
         if rows:
             losses = [r["val_loss"] for r in rows]
             errors = [r["rule_error"] for r in rows]
             if len(rows) == 1:
-                info = f"loss {losses[0]:.3f}  rule error {errors[0]:.1%}"
+                info = f"loss {losses[0]:.3f}, rule error {errors[0]:.1%}"
             else:
-                info = (f"median loss {sorted(losses)[len(losses) // 2]:.3f}  "
-                        f"median rule error {sorted(errors)[len(errors) // 2]:.1%}")
+                info = (f"median loss {sorted(losses)[len(losses) // 2]:.3f}, "
+                        f"rule error {sorted(errors)[len(errors) // 2]:.1%}")
         progress.update(bar, completed=trainer.step, info=info)
     return progress, callback
 
 
 def run_training(job, resume: bool):
     from .train import train
-    label = job.task.name if len(job.seeds) == 1 else f"{job.task.name} x{len(job.seeds)} seeds"
-    progress, callback = training_progress(job.recipe.steps, label)
+    label = job.task.name if len(job.seeds) == 1 else f"{job.task.name} x{len(job.seeds)}"
+    progress, callback = training_progress(job.recipe.steps, label, capped_note(job))
     try:
         return train(job, resume=resume, progress=callback)
     finally:
@@ -101,11 +118,12 @@ def train(
     if len(finals) == 1:
         out.print(f"{folder}: step {finals[0]['step']}, training loss "
                   f"{finals[0]['train_loss']:.4f}, held-out loss {finals[0]['val_loss']:.4f}, "
-                  f"rule error {finals[0]['rule_error']:.2%} ({seconds:.1f} s)", markup=False)
+                  f"rule error {finals[0]['rule_error']:.2%} ({seconds:.1f} s)", markup=False,
+                  soft_wrap=True)
     else:
         learned = sum(f["rule_error"] <= 0.01 for f in finals)
         out.print(f"{folder}: {len(finals)} seeds, {learned} at rule error <= 1% "
-                  f"({seconds:.1f} s)")
+                  f"({seconds:.1f} s)", markup=False, soft_wrap=True)
 
 
 @app.command("eval")
@@ -119,7 +137,7 @@ def eval_cmd(run: Path = typer.Argument(..., help="A run folder."),
         print(json.dumps(result))
     else:
         out.print(f"{run}: step {result['step']}, held-out loss {result['loss']:.4f}, "
-                  f"rule error {result['rule_error']:.2%}")
+                  f"rule error {result['rule_error']:.2%}", markup=False, soft_wrap=True)
 
 
 @app.command()

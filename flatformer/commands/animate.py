@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+from rich.progress import (BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 from rich.table import Table
 
-from ..cli import app, console, out
+from ..cli import app, console, out, progress_display
 from ..errors import FlatformerError
 
 MAX_FPS = 50  # browsers play GIF delays under 20 ms at 100 ms, so faster GIFs would be slower
@@ -40,9 +40,9 @@ def write_movies(run_dir: Path, movies: str | None = None, formats: str | None =
         raise FlatformerError("none of the requested movies can be made for this run")
     folder = Path(out_dir) if out_dir else run.path / "movies"
     total = sum(len(s) for s in scenes)
-    progress = Progress(TextColumn(f"{len(scenes)} movies x {len(ck)} frames"), BarColumn(),
-                        MofNCompleteColumn(), TextColumn("frames"), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=console)
+    progress = progress_display(TextColumn(f"{len(scenes)} movies x {len(ck)} frames"),
+                                BarColumn(bar_width=None), MofNCompleteColumn(),
+                                TextColumn("frames"), TimeElapsedColumn(), TimeRemainingColumn())
     bar = progress.add_task("frames", total=total)
     with progress:
         written = mv.render(scenes, folder, chosen, fps, workers,

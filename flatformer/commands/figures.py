@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from ..cli import app, console, out
+from ..cli import app, console, out, progress_display
 from ..errors import FlatformerError
 
 FORMATS = ("png", "pdf", "svg")
@@ -78,8 +78,7 @@ def draw_suite(run_path: Path, step: int | None, sequence: str | None, formats: 
     written paths, skip messages)."""
     import multiprocessing
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from ..figures import FIGURES, FigureContext, NotInPlane
     from ..runs import load_run
@@ -96,9 +95,9 @@ def draw_suite(run_path: Path, step: int | None, sequence: str | None, formats: 
         pass
     _JOB.update(ctx=ctx, folder=folder, formats=formats)
     written, skipped = [], []
-    progress = Progress(TextColumn("figures"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.description}"), TimeElapsedColumn(),
-                        console=console, transient=True)
+    progress = progress_display(TextColumn("figures"), BarColumn(bar_width=None),
+                                MofNCompleteColumn(), TextColumn("{task.description}"),
+                                TimeElapsedColumn(), transient=True)
     forking = jobs > 1 and len(names) > 1 and "fork" in multiprocessing.get_all_start_methods()
     # Workers fork before the progress display starts its refresh thread: a fork copies only
     # the forking thread, and a lock held by another thread would stay locked in the child.

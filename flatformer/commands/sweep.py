@@ -7,10 +7,10 @@ from typing import Optional
 
 import typer
 from rich import box
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..cli import app, console, out
+from ..cli import app, console, out, progress_display
 from ..errors import FlatformerError
 
 
@@ -29,15 +29,18 @@ def sweep(
     folder = out_dir or Path("runs") / sweep_file.stem
     jobs = expand(load_sweep(sweep_file), folder)
     n_seeds = sum(j["seeds"][1] - j["seeds"][0] + 1 for j in jobs)
-    progress = Progress(TextColumn("{task.description:<6}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console)
+    progress = progress_display(TextColumn("{task.description:<6}"), BarColumn(bar_width=None),
+                                MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                                TimeElapsedColumn())
     job_bar = progress.add_task("jobs", total=len(jobs), info="")
     seed_bar = progress.add_task("seeds", total=n_seeds, info="")
     counts = {"skipped": 0, "trained": 0, "failed": 0}
+    shown = []
 
     def advance(job, result, status):
-        if not progress.live.is_started:  # shown from the first job on, so a wrong --ray
-            progress.start()              # address still fails with one line
+        if not shown:  # shown from the first job on, so a wrong --ray address still fails
+            shown.append(True)  # with one line
+            progress.start()
         counts[status] += 1
         progress.advance(job_bar)
         progress.advance(seed_bar, job["seeds"][1] - job["seeds"][0] + 1)
