@@ -125,7 +125,7 @@ def shoot(page, folder: Path):
     """One PNG per panel, in the page's default view, then the knobs panel with a head off."""
     folder.mkdir(parents=True, exist_ok=True)
     # For pictures: the toolbar stays in place, and every panel is laid out at once.
-    page.add_style_tag(content="#toolbar { position: static; } .panel { content-visibility: visible; }")
+    page.add_style_tag(content="#toolbar { position: static; }")
     page.screenshot(path=folder / "explorer_page.png")
     for panel in PANELS:
         if panel == "knobs":

@@ -144,8 +144,10 @@ def eval_cmd(run: Path = typer.Argument(..., help="A run folder."),
 def gradcheck(preset_name: str = typer.Option("paper-2d", "--preset", help="Model preset."),
               vocab: int = typer.Option(12, help="Vocabulary size."),
               layers: Optional[int] = typer.Option(None, help="Override n_layers.")):
-    """Check the hand-written gradient against central differences; fail above 1e-6."""
+    """Check the hand-written gradient against central differences: PASS when the worst
+    relative error is at most 1e-6, else FAIL and a non-zero exit."""
     from .config import preset
+    from .gradcheck import THRESHOLD
     from .gradcheck import gradcheck as check
     cfg = preset(preset_name, vocab, **({"n_layers": layers} if layers is not None else {}))
     worst = check(cfg)
@@ -154,9 +156,12 @@ def gradcheck(preset_name: str = typer.Option("paper-2d", "--preset", help="Mode
         table.add_row(name, f"{err:.2e}")
     out.print(table)
     top = max(worst.values())
-    out.print(f"{preset_name} ({cfg.n_params} parameters): worst relative error {top:.2e}")
-    if top > 1e-6:
-        raise FlatformerError(f"gradient check failed: {top:.2e} > 1e-6")
+    verdict = "PASS" if top <= THRESHOLD else "FAIL"
+    out.print(f"{verdict}: {preset_name} ({cfg.n_params} parameters), worst relative error "
+              f"{top:.2e} {'<=' if top <= THRESHOLD else '>'} threshold {THRESHOLD:.0e}",
+              markup=False, highlight=False, soft_wrap=True)
+    if top > THRESHOLD:
+        raise FlatformerError(f"gradient check failed: {top:.2e} > {THRESHOLD:.0e}")
 
 
 @app.command()

@@ -7,6 +7,8 @@ import numpy as np
 from .config import ModelConfig
 from .model import backward, cross_entropy, forward, init_params
 
+THRESHOLD = 1e-6  # worst relative error a correct float64 backward stays far below (~1e-9)
+
 
 def gradcheck(cfg: ModelConfig, entries: int = 6, seed: int = 0, h: float = 1e-5):
     """Worst relative error per tensor, {name: error}, for a random batch and random weights.

@@ -30,7 +30,9 @@ def test_gradcheck_passes_for_every_preset():
     for preset, vocab in [("paper-2d", 12), ("simulator-16d", 28), ("paper-2d-2layer", 12)]:
         result = cli("gradcheck", "--preset", preset, "--vocab", vocab)
         assert result.returncode == 0, result.stderr
-        worst = float(result.stdout.strip().rsplit(" ", 1)[1])
+        verdict = result.stdout.strip().splitlines()[-1]
+        assert verdict.startswith("PASS: ") and verdict.endswith("<= threshold 1e-06"), verdict
+        worst = float(verdict.split("worst relative error ")[1].split()[0])
         assert worst < 1e-6
 
 

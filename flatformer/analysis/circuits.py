@@ -55,10 +55,11 @@ def head_circuits(model: Transformer) -> list[HeadCircuits]:
 
 def circuit_table(model: Transformer, k: int = 3) -> list[dict]:
     """One row per head: singular values of QK and OV and the share of squared mass in the top
-    k (the simulator page's table; k = 3 there)."""
+    k (the simulator page's table; k = 3 there), k at most the rank d_head."""
     rows = []
+    rank = model.cfg.d_head
+    k = min(k, rank)  # "top 3" of a rank-2 matrix would read as a third direction
     for c in head_circuits(model):
-        rank = model.cfg.d_head
         rows.append({"layer": c.layer, "head": c.head, "k": k,
                      "qk_singular": c.qk_singular[:rank].tolist(),
                      "ov_singular": c.ov_singular[:rank].tolist(),

@@ -12,7 +12,6 @@ from typing import Optional
 import numpy as np
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -21,11 +20,12 @@ from ..errors import FlatformerError
 
 
 def summary_table(rows) -> Table:
+    """One row per structure; the structure and the verdict wrap, so it fits 80 columns."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("structure", justify="left", no_wrap=True)
-    table.add_column("in successful\nseeds", justify="right")
-    table.add_column("in failed\nseeds", justify="right")
-    table.add_column("verdict", justify="left", no_wrap=True)
+    table.add_column("structure", justify="left", ratio=3)
+    table.add_column("learned\nseeds", justify="right", no_wrap=True)
+    table.add_column("failed\nseeds", justify="right", no_wrap=True)
+    table.add_column("verdict", justify="left", ratio=1, min_width=10)
     for row in rows:
         verdict = row["verdict"]
         if "worst_successful_share" in row and row["successful"] < row["n_successful"]:
@@ -35,40 +35,41 @@ def summary_table(rows) -> Table:
     return table
 
 
-PER_SEED = [("tokens_separable", "tok\nsep"), ("points_separable", "pts\nsep"),
-            ("wanted_collinear", "on a\nline"), ("ladder", "lad-\nder"),
-            ("queries_separate", "q\nsep"), ("recency_weights", "rec.\nW"),
-            ("recency_windows", "rec.\ndata"), ("zones_once", "zones\nonce"),
-            ("zones_follow_line", "zones\n= line")]
-WIDTH = 120   # tables are printed at least this wide (a pipe would otherwise get 80 columns)
-
-
-def wide() -> Console:
-    """The output console, at least WIDTH columns wide: rich gives a pipe 80 columns, and the
-    tables are unreadable folded that narrow."""
-    return Console(file=out.file, width=max(out.width, WIDTH), force_terminal=out.is_terminal,
-                   no_color=out.no_color)
+# Each structure of the per-seed table gets one letter: its column of marks stays 9 characters
+# wide, and the legend under the table says what each letter is.
+PER_SEED = [("tokens_separable", "T", "even / odd / + tokens separable"),
+            ("points_separable", "P", "token + position points separable"),
+            ("wanted_collinear", "L", "even tokens on a line"),
+            ("ladder", "D", "positions a monotone ladder"),
+            ("queries_separate", "Q", "+ queries apart"),
+            ("recency_weights", "W", "recency in the weights"),
+            ("recency_windows", "R", "recency in the data"),
+            ("zones_once", "Z", "each zone crossed once"),
+            ("zones_follow_line", "O", "zones in the line's order")]
 
 
 def _mark(value) -> str:
     return "✓" if value else "✗"
 
 
-def seed_table(c) -> Table:
-    """One row per seed: rule error, alignment, each structure, the orders."""
+def seed_table(c) -> tuple[Table, str]:
+    """One row per seed: rule error, alignment, a mark per structure, the orders; and the
+    legend of the structure letters. Fits 80 columns."""
+    shown = [(key, letter, what) for key, letter, what in PER_SEED if key in c.measures]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    columns = ["seed", "rule\nerror", "resi-\ndual", "re-\nflect"] + \
-        [label for key, label in PER_SEED if key in c.measures] + ["line order", "zone order"]
-    for name in columns:
-        table.add_column(name, justify="left" if name.endswith("order") else "right",
-                         no_wrap=True)
+    for name in ("seed", "rule\nerror", "resi-\ndual", "re-\nflect"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("structures\n" + "".join(letter for _, letter, _ in shown), no_wrap=True)
+    for name in ("line order", "zone order"):
+        table.add_column(name, justify="left", overflow="fold")
     for s, seed in enumerate(c.seeds):
         reflect = "ref" if s == c.reference else _mark(np.linalg.det(c.R[s]) < 0)
-        cells = [str(seed), f"{c.rule_error[s]:.2%}", f"{c.residual[s]:.2f}", reflect]
-        cells += [_mark(c.measures[key][s]) for key, _ in PER_SEED if key in c.measures]
-        cells += [Text(c.order_text(c.line_order[s])), Text(c.order_text(c.zone_order[s]))]
-        table.add_row(*cells, style=None if c.successful[s] else "red")
-    return table
+        table.add_row(str(seed), f"{c.rule_error[s]:.2%}", f"{c.residual[s]:.2f}", reflect,
+                      "".join(_mark(c.measures[key][s]) for key, _, _ in shown),
+                      Text(c.order_text(c.line_order[s])), Text(c.order_text(c.zone_order[s])),
+                      style=None if c.successful[s] else "red")
+    legend = "structures: " + "; ".join(f"{letter} {what}" for _, letter, what in shown)
+    return table, legend
 
 
 def save_figure(fig, path: Path):
@@ -122,11 +123,11 @@ def compare(
         print(json.dumps(report))
         return
     nums = numbers(c)
-    wide().print(Text(
+    out.print(Text(
         f"{run}: {len(c.seeds)} seeds of {c.task.name} at step {c.step}; "
         f"{int(c.successful.sum())} learned it (rule error <= {success:.0%}: median "
         f"{nums['rule_error']['median']:.2%}, worst {nums['rule_error']['max']:.2%})"))
-    wide().print(Text(
+    out.print(Text(
         f"aligned to seed {c.seeds[c.reference]} by orthogonal maps: relative residual of the "
         f"embedding points median {nums['residual']['median']:.3f} (max "
         f"{nums['residual']['max']:.3f}), of the joint q/k points median "
@@ -135,13 +136,16 @@ def compare(
     if seeds_table:
         out.print()
         out.print(Text("Every seed", style="bold"))
-        wide().print(seed_table(c))
+        table, legend = seed_table(c)
+        out.print(table)
+        out.print(Text(legend))
     out.print()
     out.print(Text("Which structures hold in every seed that learned the task", style="bold"))
     rows = summary(c)
-    wide().print(summary_table(rows))
+    out.print(summary_table(rows))
     for row in rows:
         if "order" in row and row["n_successful"]:
-            wide().print(Text(f"most common {row['structure']}: {row['order']} "
-                              f"({row['successful']} of {row['n_successful']} successful seeds)"))
-    wide().print(f"wrote {', '.join(p.name for p in written)} to {folder} ({seconds:.1f} s)")
+            out.print(Text(f"most common {row['structure']}: {row['order']} "
+                           f"({row['successful']} of {row['n_successful']} successful seeds)"))
+    out.print(f"wrote {', '.join(p.name for p in written)} to {folder} ({seconds:.1f} s)",
+              markup=False, highlight=False, soft_wrap=True)

@@ -462,8 +462,9 @@ const FlatModel = (() => {
     const describe = (M) => {
       const s = svd(M).s;
       const sq = s.map((x) => x * x), total = sq.reduce((a, x) => a + x, 0);
-      const top3 = sq.slice(0, 3).reduce((a, x) => a + x, 0);
-      return {matrix: M, s, top3: total > 0 ? top3 / total : 0};
+      const k = Math.min(3, dh);  // at most the rank: "top 3" of a rank-2 matrix misleads
+      const top = sq.slice(0, k).reduce((a, x) => a + x, 0);
+      return {matrix: M, s, k, top3: total > 0 ? top / total : 0};
     };
     return {QK: describe(QK), OV: describe(OV)};
   }

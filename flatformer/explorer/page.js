@@ -181,7 +181,7 @@
   function headerPanel() {
     const title = DATA.task ? `${DATA.task}` : DATA.title;
     const facts = [`${DATA.preset || "custom"} · ${DATA.n_params.toLocaleString("en")} parameters`,
-      `d_model ${cfg.d_model} · ${L} layer${L > 1 ? "s" : ""} · ${H} head${H > 1 ? "s" : ""} of ${cfg.d_head}`,
+      `d_model ${cfg.d_model} · ${L} layer${L > 1 ? "s" : ""} · ${H} head${H > 1 ? "s" : ""}, d_head ${cfg.d_head}`,
       `${M.attnOnly(cfg) ? "attention-only (no MLP)" : `d_mlp ${cfg.d_mlp} (${cfg.act_fn === "gelu" ? "GELU tanh" : "ReLU"})`} · ${cfg.normalization === "pre_ln" ? "pre-LayerNorm" : "no LayerNorm"}${cfg.ln_final ? " · final LayerNorm" : ""}`,
       `${cfg.attn_out ? "with W_O" : "no W_O (heads concatenated)"} · context ${cfg.n_ctx} · vocabulary ${V}`];
     const el = h("header", {class: "top"},
@@ -667,16 +667,16 @@
         const ovCols = circ.OV.matrix[0].length;
         card.ovMap.update(circ.OV.matrix, dims(d), dims(ovCols), {shape: [d, ovCols], axes: cfg.attn_out ? "d_model (read), d_model (written)" : "d_model (read), d_head (written)"});
         for (const key of ["QK", "OV"]) {
-          const {s, top3} = circ[key], box = card.sv[key];
+          const {s, k, top3} = circ[key], box = card.sv[key];
           clear(box);
           box.dataset.values = s.map(String).join(",");
           box.dataset.top3 = String(top3);
           const max = s[0] || 1;
           s.forEach((x, i) => box.appendChild(h("div", {class: "sv-row", title: `σ${i + 1} = ${String(x)}`},
             h("span", {class: "bar-label"}, `σ${i + 1}`),
-            h("span", {class: "bar-track"}, h("span", {class: "bar", style: {width: `${100 * x / max}%`, background: i < 3 ? "#225ea8" : "#8c959f"}})),
+            h("span", {class: "bar-track"}, h("span", {class: "bar", style: {width: `${100 * x / max}%`, background: i < k ? "#225ea8" : "#8c959f"}})),
             h("span", {class: "bar-value"}, fmt(x, 3)))));
-          box.appendChild(h("div", {class: "fig-note"}, `top 3 hold ${(100 * top3).toFixed(1)}% of the squared mass`));
+          box.appendChild(h("div", {class: "fig-note"}, `top ${k} hold ${(100 * top3).toFixed(1)}% of the squared mass`));
         }
       }
     }};
