@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .data import TaskData
 from .model import Params, cross_entropy, forward, keep_freed_memory
 from .runs import load_run
@@ -16,7 +17,10 @@ GROUP, CHUNK = 16, 64
 
 def logits_at(params: Params, inputs: np.ndarray, index: np.ndarray | None = None):
     """Logits (S, W, T, V) for windows (W, T) shared by every seed; with `index` (W,), only the
-    logits at that position of each window, (S, W, V)."""
+    logits at that position of each window, (S, W, V). Compiled (kernels.py) where it covers
+    the model."""
+    if kernels.supports(params.cfg) and params.flat.dtype == np.float64:
+        return kernels.logits_at(params, inputs, index)
     keep_freed_memory()
     S, W = params.n_seeds, len(inputs)
     shape = (S, W, params.cfg.d_vocab) if index is not None else (S, *inputs.shape,

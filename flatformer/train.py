@@ -16,6 +16,7 @@ from .config import ModelConfig
 from .data import TaskData
 from .evaluate import evaluate
 from .errors import FlatformerError
+from . import kernels
 from .model import Params, backward, cross_entropy, forward, init_params, keep_freed_memory
 from .optim import AdamW
 from .runs import atomic_write, checkpoint_path, read_checkpoint, read_metrics, save_checkpoint
@@ -142,6 +143,10 @@ class Diverged(FlatformerError):
     pass
 
 
+ENGINES = ("auto", "numba", "numpy")
+STEPS_PER_CALL = 100   # the compiled path runs at most this many steps between two reports
+
+
 @dataclass
 class Job:
     """One training program: a task, a model config, a recipe and the seeds to train together."""
@@ -154,6 +159,20 @@ class Job:
     data_seed: int = 0
     config_extra: dict = dataclasses.field(default_factory=dict)
     capped_from: int | None = None      # the steps asked for, when FLATFORMER_MAX_STEPS cut them
+    engine: str = "auto"   # auto (compiled where it covers the model) | numba | numpy
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise FlatformerError(f"engine must be one of {', '.join(ENGINES)}, "
+                                  f"got {self.engine!r}")
+        if self.engine == "numba" and not kernels.supports(self.cfg):
+            raise FlatformerError("the compiled engine does not cover this model (or numba is "
+                                  "not installed); use --engine numpy")
+
+    @property
+    def compiled(self) -> bool:
+        """Whether training runs on the compiled path (kernels.py) rather than model.py."""
+        return self.engine != "numpy" and kernels.supports(self.cfg)
 
     def run_config(self, seed: int) -> dict:
         return {"flatformer": __version__, "task": self.task.name, "seed": seed,
@@ -238,26 +257,59 @@ class Trainer:
         for i, out in enumerate(self.job.out_dirs):
             self.metrics[i] = [m for m in read_metrics(out) if m["step"] <= step]
 
-    def train_step(self):
-        r, data, T = self.job.recipe, self.data, self.job.cfg.n_ctx
+    def batches(self, n: int):
+        """Inputs, targets and loss weights of the next n steps, each (n, S, B, T); n must not
+        cross a multiple of CHUNK."""
+        r, data = self.job.recipe, self.data
         chunk = self.step // CHUNK
         if self._batches[0] != chunk:
             idx = np.stack([batch_indices(s, c, chunk, len(data.train_starts), r.batch_size)
                             for s, c in self.members], 1)                     # (CHUNK, S, B)
             self._batches = (chunk, idx)
-        starts = data.train_starts[self._batches[1][self.step % CHUNK]]
-        inputs, targets, weights = data.train.windows(starts, T, r.drop_unseen)
+        lo = self.step % CHUNK
+        starts = data.train_starts[self._batches[1][lo:lo + n]]
+        return data.train.windows(starts, self.job.cfg.n_ctx, r.drop_unseen)
+
+    def diverged(self, seed_index: int):
+        raise Diverged(f"loss became NaN at step {self.step + 1} (seed "
+                       f"{self.members[seed_index][0]}); the last good checkpoint is kept: lower "
+                       f"the learning rate (--set lr=...) and retrain")
+
+    def train_step(self):
+        """One step on the NumPy engine (model.py), the reference."""
+        (inputs,), (targets,), (weights,) = self.batches(1)
         logits, cache = forward(self.params, inputs)
         loss, dlogits = cross_entropy(logits, targets, weights)
         if not np.all(np.isfinite(loss)):
-            bad = self.members[int(np.flatnonzero(~np.isfinite(loss))[0])][0]
-            raise Diverged(f"loss became NaN at step {self.step + 1} (seed {bad}); the last good "
-                           f"checkpoint is kept: lower the learning rate (--set lr=...) and retrain")
+            self.diverged(int(np.flatnonzero(~np.isfinite(loss))[0]))
         grads = backward(self.params, cache, dlogits)
-        self.opt.step(grads.flat, r.lr_at(self.step))
+        self.opt.step(grads.flat, self.job.recipe.lr_at(self.step))
         self.step += 1
         self._loss_sum += loss
         self._loss_n += 1
+
+    def advance(self, n: int):
+        """n training steps, on the compiled path when it covers the model."""
+        if not self.job.compiled:
+            for _ in range(n):
+                self.train_step()
+            return
+        # Bound the batch arrays (K x S x B x T) so that 1,024 seeds stay small in memory.
+        per_call = max(1, min(STEPS_PER_CALL, (1 << 20) // self.params.n_seeds
+                              // (self.job.recipe.batch_size * self.job.cfg.n_ctx)))
+        while n > 0:
+            k = min(n, per_call, CHUNK - self.step % CHUNK)
+            inputs, targets, weights = self.batches(k)
+            lrs = [self.job.recipe.lr_at(self.step + j) for j in range(k)]
+            bad = kernels.train_steps(self.params, self.opt, inputs, targets, weights, lrs,
+                                      self._loss_sum)
+            if np.any(bad >= 0):
+                first = int(bad[bad >= 0].min())
+                self.step += first
+                self.diverged(int(np.flatnonzero(bad == first)[0]))
+            self.step += k
+            self._loss_n += k
+            n -= k
 
     def take_train_loss(self) -> np.ndarray | None:
         loss = self._loss_sum / self._loss_n if self._loss_n else None
@@ -359,8 +411,13 @@ class Trainer:
         if self.step == 0:
             self.checkpoint()
             self.record()
-        while self.step < (until or r.steps):
-            self.train_step()
+        end = until or r.steps
+        while self.step < end:
+            stops = [end, *(self.step // e * e + e for e in (r.eval_every, r.checkpoint_every,
+                                                          STEPS_PER_CALL))]
+            if self.selecting and r.select_step > self.step:
+                stops.append(r.select_step)
+            self.advance(min(stops) - self.step)
             if self.step % r.eval_every == 0 or self.step == r.steps:
                 self.record()
             if self.step % r.checkpoint_every == 0 or self.step == r.steps:

@@ -1,0 +1,561 @@
+"""The compiled fast path: whole chunks of training steps (forward, hand-written backward,
+cross-entropy and AdamW fused) in numba, one seed per task, seeds split over the cores.
+
+model.py stays the readable reference and the oracle; this module computes the same numbers in
+another order (to 1e-12, checked in tests). Why numba: a paper-2d step is ~60k floating-point
+operations, so NumPy's per-call overhead (~100 small operations) and XLA's poor batching of
+2-wide products both cost more than the arithmetic; a compiled loop per seed does not.
+
+Layout. Each seed runs its chunk of steps alone, in private buffers, and the seeds are split
+over the cores in blocks (threads; the kernels release the GIL), so a seed's numbers never
+depend on how many threads ran or which seeds ran beside it.
+Activations are stored feature-major, (features, N) with the N = B * T positions innermost:
+every matrix product becomes contiguous multiply-adds over 64 positions, which fills the
+vector lanes even at d_model 2. Weight gradients are dot products over positions, written
+with a reassociating reduction (`dot`) so that it vectorizes; its order is fixed by the
+compiled code, so reruns are byte-identical.
+
+Covered: any number of layers, heads and sizes, ReLU or GELU (tanh), pre-LayerNorm or none,
+optional Q/K/V biases, W_O and unembedding bias. Anything else (`supports` says) trains on
+the NumPy engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
+import numpy as np
+
+try:
+    import numba
+    from numba import njit
+except ImportError:  # the NumPy engine does everything without it
+    numba = None
+
+from .config import ModelConfig
+
+GELU_C = math.sqrt(2.0 / math.pi)
+LN_EPS = 1e-5
+
+# Where each parameter tensor starts in one seed's vector: the whole-model ones, then per layer.
+GLOBAL = ("embed.W_E", "pos_embed.W_pos", "unembed.W_U", "unembed.b_U")
+LAYER = ("ln1.w", "ln1.b", "attn.W_Q", "attn.W_K", "attn.W_V", "attn.b_Q", "attn.b_K",
+         "attn.b_V", "attn.W_O", "ln2.w", "ln2.b", "mlp.W_in", "mlp.b_in", "mlp.W_out",
+         "mlp.b_out")
+(LN1W, LN1B, WQ, WK, WV, BQ, BK, BV, WO, LN2W, LN2B, WIN, BIN, WOUT, BOUT) = range(len(LAYER))
+# The config fields the kernel reads; any other field must keep its default to be covered.
+KNOWN_FIELDS = {"d_model", "n_heads", "d_head", "n_layers", "d_mlp", "n_ctx", "d_vocab",
+                "act_fn", "normalization", "qkv_bias", "attn_out", "unembed_bias"}
+
+
+def supports(cfg: ModelConfig) -> bool:
+    """Whether the compiled path computes this architecture (else: the NumPy engine)."""
+    if numba is None:
+        return False
+    defaults = ModelConfig()
+    for field in dataclasses.fields(ModelConfig):
+        if field.name not in KNOWN_FIELDS and getattr(cfg, field.name) != getattr(defaults,
+                                                                                   field.name):
+            return False
+    known = set(GLOBAL) | {f"blocks.{i}.{n}" for i in range(cfg.n_layers) for n in LAYER}
+    return (cfg.act_fn in ("relu", "gelu") and cfg.normalization in ("none", "pre_ln")
+            and set(cfg.param_shapes()) <= known)
+
+
+@lru_cache(maxsize=64)
+def layout(cfg: ModelConfig):
+    """Per tensor (start in one seed's vector, size), and the role offsets (-1: absent)."""
+    starts, sizes, where, offset = [], [], {}, 0
+    for name, shape in cfg.param_shapes().items():
+        size = math.prod(shape)
+        starts.append(offset)
+        sizes.append(size)
+        where[name] = offset
+        offset += size
+    glob = np.array([where.get(n, -1) for n in GLOBAL], dtype=np.int64)
+    per_layer = np.array([[where.get(f"blocks.{i}.{n}", -1) for n in LAYER]
+                          for i in range(cfg.n_layers)], dtype=np.int64)
+    dims = np.array([cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp, cfg.d_vocab, cfg.n_ctx,
+                     int(cfg.act_fn == "gelu")], dtype=np.int64)
+    return (np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64), glob, per_layer,
+            dims)
+
+
+if numba is not None:
+    FAST = dict(cache=True, fastmath={"reassoc"}, nogil=True)
+    EXACT = dict(cache=True, nogil=True)
+
+    @njit(**FAST)
+    def dot(a, b):
+        acc = 0.0
+        for i in range(a.shape[0]):
+            acc += a[i] * b[i]
+        return acc
+
+    @njit(**FAST)
+    def total(a):
+        acc = 0.0
+        for i in range(a.shape[0]):
+            acc += a[i]
+        return acc
+
+    @njit(**EXACT)
+    def linear(p, w, n_in, n_out, x, out, col0, stride, accumulate):
+        """out[col0 + o] (+)= sum_i W[i, o] x[i] over positions, with W[i, o] at
+        p[w + i * stride + o] (stride lets one head's block of W_Q be read in place)."""
+        N = x.shape[1]
+        for o in range(n_out):
+            row = out[col0 + o]
+            if not accumulate:
+                row[:] = 0.0
+            for i in range(n_in):
+                c = p[w + i * stride + o]
+                xi = x[i]
+                for n in range(N):
+                    row[n] += c * xi[n]
+
+    @njit(**EXACT)
+    def linear_back_x(p, w, n_in, n_out, dout, col0, stride, dx):
+        """dx[i] += sum_o W[i, o] dout[col0 + o]."""
+        N = dout.shape[1]
+        for i in range(n_in):
+            row = dx[i]
+            for o in range(n_out):
+                c = p[w + i * stride + o]
+                do = dout[col0 + o]
+                for n in range(N):
+                    row[n] += c * do[n]
+
+    @njit(**EXACT)
+    def linear_back_w(g, w, n_in, n_out, x, dout, col0, stride):
+        """dW[i, o] = sum_n x[i, n] dout[col0 + o, n]."""
+        for i in range(n_in):
+            for o in range(n_out):
+                g[w + i * stride + o] = dot(x[i], dout[col0 + o])
+
+    @njit(**EXACT)
+    def add_bias(p, b, n, out):
+        for o in range(n):
+            out[o] += p[b + o]
+
+    @njit(**EXACT)
+    def layer_norm(p, w, b, x, xhat, scale, out):
+        """TransformerLens's LayerNorm over the feature axis of x (d, N)."""
+        d, N = x.shape
+        for n in range(N):
+            mean = 0.0
+            for i in range(d):
+                mean += x[i, n]
+            mean /= d
+            var = 0.0
+            for i in range(d):
+                c = x[i, n] - mean
+                xhat[i, n] = c
+                var += c * c
+            scale[n] = math.sqrt(var / d + LN_EPS)
+        for i in range(d):
+            for n in range(N):
+                xhat[i, n] /= scale[n]
+                out[i, n] = xhat[i, n] * p[w + i] + p[b + i]
+
+    @njit(**EXACT)
+    def layer_norm_back(p, g, w, b, dy, xhat, scale, dx):
+        """dx = the gradient through LayerNorm of dy (d, N); writes gain and bias gradients."""
+        d, N = dy.shape
+        for i in range(d):
+            g[w + i] = dot(dy[i], xhat[i])
+            g[b + i] = total(dy[i])
+        for n in range(N):
+            m1 = 0.0
+            m2 = 0.0
+            for i in range(d):
+                dxh = dy[i, n] * p[w + i]
+                m1 += dxh
+                m2 += dxh * xhat[i, n]
+            m1 /= d
+            m2 /= d
+            for i in range(d):
+                dx[i, n] = (dy[i, n] * p[w + i] - m1 - xhat[i, n] * m2) / scale[n]
+
+    @njit(**EXACT)
+    def attention(q, k, v, pat, z, B, T, H, dh):
+        """Causal softmax attention per sequence and head; q, k, v, z are (H * dh, N)."""
+        inv = 1.0 / math.sqrt(dh)
+        for b in range(B):
+            base = b * T
+            for h in range(H):
+                for t in range(T):
+                    top = -np.inf
+                    for u in range(t + 1):
+                        s = 0.0
+                        for j in range(dh):
+                            s += q[h * dh + j, base + t] * k[h * dh + j, base + u]
+                        s *= inv
+                        pat[b, h, t, u] = s
+                        if s > top:
+                            top = s
+                    norm = 0.0
+                    for u in range(t + 1):
+                        e = math.exp(pat[b, h, t, u] - top)
+                        pat[b, h, t, u] = e
+                        norm += e
+                    for u in range(t + 1):
+                        pat[b, h, t, u] /= norm
+                    for u in range(t + 1, T):
+                        pat[b, h, t, u] = 0.0
+                    for j in range(dh):
+                        acc = 0.0
+                        for u in range(t + 1):
+                            acc += pat[b, h, t, u] * v[h * dh + j, base + u]
+                        z[h * dh + j, base + t] = acc
+
+    @njit(**EXACT)
+    def attention_back(q, k, v, pat, dz, dq, dk, dv, dpat, B, T, H, dh):
+        inv = 1.0 / math.sqrt(dh)
+        dk[:] = 0.0
+        dv[:] = 0.0
+        for b in range(B):
+            base = b * T
+            for h in range(H):
+                for t in range(T):
+                    mix = 0.0
+                    for u in range(t + 1):
+                        s = 0.0
+                        for j in range(dh):
+                            s += dz[h * dh + j, base + t] * v[h * dh + j, base + u]
+                            dv[h * dh + j, base + u] += pat[b, h, t, u] * dz[h * dh + j, base + t]
+                        dpat[u] = s
+                        mix += s * pat[b, h, t, u]
+                    for j in range(dh):
+                        dq[h * dh + j, base + t] = 0.0
+                    for u in range(t + 1):
+                        ds = pat[b, h, t, u] * (dpat[u] - mix) * inv
+                        for j in range(dh):
+                            dq[h * dh + j, base + t] += ds * k[h * dh + j, base + u]
+                            dk[h * dh + j, base + u] += ds * q[h * dh + j, base + t]
+
+    @njit(**EXACT)
+    def buffers(dims, L, B, T):
+        """One seed's activations and gradients of activations, reused by every step."""
+        d, H, dh, m, V = dims[0], dims[1], dims[2], dims[3], dims[4]
+        N, hd = B * T, dims[1] * dims[2]
+        return (np.empty((L + 1, d, N)), np.empty((L, d, N)), np.empty((L, d, N)),
+                np.empty((L, d, N)), np.empty((L, d, N)), np.empty((L, N)),
+                np.empty((L, d, N)), np.empty((L, N)), np.empty((L, 3, hd, N)),
+                np.empty((L, B, H, T, T)), np.empty((L, hd, N)), np.empty((L, m, N)),
+                np.empty((L, m, N)), np.empty((V, N)), np.empty((d, N)), np.empty((d, N)),
+                np.empty((hd, N)), np.empty((3, hd, N)), np.empty((m, N)), np.empty(T))
+
+    @njit(**EXACT)
+    def forward_seed(p, tok, glob, lay, dims, B, T, bufs):
+        """One seed's forward pass on tok (B, T): the logits land in bufs[13] as (V, N)."""
+        (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, logits,
+         _, _, _, _, _, _) = bufs
+        d, H, dh, m, V, gelu = dims[0], dims[1], dims[2], dims[3], dims[4], dims[6]
+        L, N, hd = lay.shape[0], B * T, dims[1] * dims[2]
+        WE, WPOS, WU, BU = glob[0], glob[1], glob[2], glob[3]
+        for b in range(B):
+            for t in range(T):
+                for i in range(d):
+                    res[0, i, b * T + t] = p[WE + tok[b, t] * d + i] + p[WPOS + t * d + i]
+        for l in range(L):
+            o = lay[l]
+            x = res[l]
+            if o[LN1W] >= 0:
+                layer_norm(p, o[LN1W], o[LN1B], x, h1[l], s1[l], a_in[l])
+                x = a_in[l]
+            for r in range(3):
+                for h in range(H):
+                    linear(p, o[WQ + r] + h * d * dh, d, dh, x, qkv[l, r], h * dh, dh, False)
+                if o[BQ + r] >= 0:
+                    add_bias(p, o[BQ + r], hd, qkv[l, r])
+            attention(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], z[l], B, T, H, dh)
+            mid[l][:] = res[l]
+            if o[WO] >= 0:
+                linear(p, o[WO], hd, d, z[l], mid[l], 0, d, True)
+            else:
+                mid[l] += z[l]
+            x = mid[l]
+            if o[LN2W] >= 0:
+                layer_norm(p, o[LN2W], o[LN2B], x, h2[l], s2[l], m_in[l])
+                x = m_in[l]
+            linear(p, o[WIN], d, m, x, pre[l], 0, m, False)
+            add_bias(p, o[BIN], m, pre[l])
+            for c in range(m):
+                for n in range(N):
+                    a = pre[l, c, n]
+                    if gelu:
+                        post[l, c, n] = 0.5 * a * (1.0 + math.tanh(
+                            GELU_C * (a + 0.044715 * a * a * a)))
+                    else:
+                        post[l, c, n] = a if a > 0.0 else 0.0
+            res[l + 1][:] = mid[l]
+            linear(p, o[WOUT], m, d, post[l], res[l + 1], 0, d, True)
+            add_bias(p, o[BOUT], d, res[l + 1])
+        linear(p, WU, d, V, res[L], logits, 0, V, False)
+        if BU >= 0:
+            add_bias(p, BU, V, logits)
+
+    @njit(**EXACT)
+    def loss_and_dlogits(logits, tgt, wt, B, T):
+        """Weighted mean cross-entropy; overwrites the logits (V, N) with dloss/dlogits."""
+        V = logits.shape[0]
+        weight = 0.0
+        for b in range(B):
+            for t in range(T):
+                weight += wt[b, t]
+        weight = max(weight, 1.0)
+        loss = 0.0
+        for b in range(B):
+            for t in range(T):
+                n = b * T + t
+                top = logits[0, n]
+                for v in range(1, V):
+                    top = max(top, logits[v, n])
+                picked = logits[tgt[b, t], n] - top
+                norm = 0.0
+                for v in range(V):
+                    e = math.exp(logits[v, n] - top)
+                    logits[v, n] = e
+                    norm += e
+                loss += (math.log(norm) - picked) * wt[b, t]
+                scale = wt[b, t] / weight
+                for v in range(V):
+                    logits[v, n] = logits[v, n] / norm * scale
+                logits[tgt[b, t], n] -= scale
+        return loss / weight
+
+    @njit(**EXACT)
+    def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
+        """Gradient of the loss into g, given dloss/dlogits in bufs[13] after forward_seed."""
+        (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, dlogits,
+         dres, dmid, dz, dqkv, dpre, dpat) = bufs
+        d, H, dh, m, V, n_ctx, gelu = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6]
+        L, N, hd = lay.shape[0], B * T, dims[1] * dims[2]
+        WE, WPOS, WU, BU = glob[0], glob[1], glob[2], glob[3]
+        linear_back_w(g, WU, d, V, res[L], dlogits, 0, V)
+        if BU >= 0:
+            for v in range(V):
+                g[BU + v] = total(dlogits[v])
+        dres[:] = 0.0
+        linear_back_x(p, WU, d, V, dlogits, 0, V, dres)
+        for l in range(L - 1, -1, -1):
+            o = lay[l]
+            # MLP: h = z + W_out act(W_in ln2(z) + b_in) + b_out
+            linear_back_w(g, o[WOUT], m, d, post[l], dres, 0, d)
+            for i in range(d):
+                g[o[BOUT] + i] = total(dres[i])
+            dpre[:] = 0.0
+            linear_back_x(p, o[WOUT], m, d, dres, 0, d, dpre)
+            for c in range(m):
+                for n in range(N):
+                    a = pre[l, c, n]
+                    if gelu:
+                        th = math.tanh(GELU_C * (a + 0.044715 * a * a * a))
+                        dpre[c, n] *= (0.5 * (1.0 + th) + 0.5 * a * (1.0 - th * th) * GELU_C
+                                       * (1.0 + 3.0 * 0.044715 * a * a))
+                    elif a <= 0.0:
+                        dpre[c, n] = 0.0
+            x = m_in[l] if o[LN2W] >= 0 else mid[l]
+            linear_back_w(g, o[WIN], d, m, x, dpre, 0, m)
+            for c in range(m):
+                g[o[BIN] + c] = total(dpre[c])
+            dmid[:] = 0.0
+            linear_back_x(p, o[WIN], d, m, dpre, 0, m, dmid)
+            if o[LN2W] >= 0:
+                layer_norm_back(p, g, o[LN2W], o[LN2B], dmid, h2[l], s2[l], dmid)
+            dres += dmid
+            # Attention: z = e + concat_h(softmax(q k^T / sqrt(dh)) v) [W_O]
+            if o[WO] >= 0:
+                linear_back_w(g, o[WO], hd, d, z[l], dres, 0, d)
+                dz[:] = 0.0
+                linear_back_x(p, o[WO], hd, d, dres, 0, d, dz)
+            else:
+                dz[:] = dres
+            attention_back(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], dz, dqkv[0], dqkv[1],
+                           dqkv[2], dpat, B, T, H, dh)
+            x = a_in[l] if o[LN1W] >= 0 else res[l]
+            dmid[:] = 0.0
+            for r in range(3):
+                for h in range(H):
+                    linear_back_w(g, o[WQ + r] + h * d * dh, d, dh, x, dqkv[r], h * dh, dh)
+                    linear_back_x(p, o[WQ + r] + h * d * dh, d, dh, dqkv[r], h * dh, dh, dmid)
+                if o[BQ + r] >= 0:
+                    for c in range(hd):
+                        g[o[BQ + r] + c] = total(dqkv[r, c])
+            if o[LN1W] >= 0:
+                layer_norm_back(p, g, o[LN1W], o[LN1B], dmid, h1[l], s1[l], dmid)
+            dres += dmid
+        g[WPOS:WPOS + n_ctx * d] = 0.0
+        g[WE:WE + V * d] = 0.0
+        for b in range(B):
+            for t in range(T):
+                for i in range(d):
+                    g[WPOS + t * d + i] += dres[i, b * T + t]
+                    g[WE + tok[b, t] * d + i] += dres[i, b * T + t]
+
+    @njit(**EXACT)
+    def gather(flat, starts, sizes, S, s, out):
+        for j in range(starts.shape[0]):
+            src = S * starts[j] + s * sizes[j]
+            out[starts[j]:starts[j] + sizes[j]] = flat[src:src + sizes[j]]
+
+    @njit(**EXACT)
+    def scatter(vec, starts, sizes, S, s, flat):
+        for j in range(starts.shape[0]):
+            dst = S * starts[j] + s * sizes[j]
+            flat[dst:dst + sizes[j]] = vec[starts[j]:starts[j] + sizes[j]]
+
+    @njit(**EXACT)
+    def train_chunk(flat, starts, sizes, glob, lay, dims, m_flat, v_flat, tokens, targets,
+                    weights, decay, step_size, bc2, b1c, b2, b2c, eps, loss_sum, bad, lo, hi):
+        """K AdamW steps for seeds lo..hi-1 of S. flat/m_flat/v_flat hold S seeds tensor-major
+        (as model.Params); tokens/targets/weights are (K, S, B, T); decay, step_size and bc2
+        are the per-step scalars of optim.AdamW. Adds each step's loss to loss_sum; a seed
+        whose loss is not finite stops there, before its update, with the step's index in
+        bad."""
+        K, S, B, T = tokens.shape
+        P = flat.shape[0] // S
+        L = lay.shape[0]
+        p, m, v, g = np.empty(P), np.empty(P), np.empty(P), np.empty(P)
+        bufs = buffers(dims, L, B, T)
+        for s in range(lo, hi):
+            gather(flat, starts, sizes, S, s, p)
+            gather(m_flat, starts, sizes, S, s, m)
+            gather(v_flat, starts, sizes, S, s, v)
+            for k in range(K):
+                forward_seed(p, tokens[k, s], glob, lay, dims, B, T, bufs)
+                loss = loss_and_dlogits(bufs[13], targets[k, s], weights[k, s], B, T)
+                if not math.isfinite(loss):
+                    bad[s] = k
+                    break
+                loss_sum[s] += loss
+                backward_seed(p, g, tokens[k, s], glob, lay, dims, B, T, bufs)
+                for i in range(P):   # optim.AdamW's arithmetic, operation for operation
+                    p[i] *= decay[k]
+                    m[i] += b1c * (g[i] - m[i])
+                    v[i] *= b2
+                    v[i] += b2c * g[i] * g[i]
+                    p[i] -= step_size[k] * m[i] / (math.sqrt(v[i]) / bc2[k] + eps)
+            scatter(p, starts, sizes, S, s, flat)
+            scatter(m, starts, sizes, S, s, m_flat)
+            scatter(v, starts, sizes, S, s, v_flat)
+
+    @njit(**EXACT)
+    def gradients(flat, starts, sizes, glob, lay, dims, tokens, targets, weights, loss, grad,
+                  lo, hi):
+        """Per-seed loss and gradient (tensor-major, as model.Params) on tokens (S, B, T)."""
+        S, B, T = tokens.shape
+        P = flat.shape[0] // S
+        p, g = np.empty(P), np.empty(P)
+        bufs = buffers(dims, lay.shape[0], B, T)
+        for s in range(lo, hi):
+            gather(flat, starts, sizes, S, s, p)
+            forward_seed(p, tokens[s], glob, lay, dims, B, T, bufs)
+            loss[s] = loss_and_dlogits(bufs[13], targets[s], weights[s], B, T)
+            backward_seed(p, g, tokens[s], glob, lay, dims, B, T, bufs)
+            scatter(g, starts, sizes, S, s, grad)
+
+    @njit(**EXACT)
+    def logits_kernel(flat, starts, sizes, glob, lay, dims, inputs, index, out, lo, hi):
+        """Logits of windows shared by every seed, in groups (n_groups, G, T), for seeds
+        lo..hi-1: out is (S, W, T * V), or with index (W,), (S, W, V) at that position of
+        each window (W <= n_groups * G: the last group's padding is not written)."""
+        n_groups, G, T = inputs.shape
+        S, W = out.shape[0], out.shape[1]
+        P = flat.shape[0] // S
+        V = dims[4]
+        p = np.empty(P)
+        bufs = buffers(dims, lay.shape[0], G, T)
+        for s in range(lo, hi):
+            gather(flat, starts, sizes, S, s, p)
+            for grp in range(n_groups):
+                forward_seed(p, inputs[grp], glob, lay, dims, G, T, bufs)
+                logits = bufs[13]
+                for w in range(min(G, W - grp * G)):
+                    row = grp * G + w
+                    if index.shape[0]:
+                        t = index[row]
+                        for v in range(V):
+                            out[s, row, v] = logits[v, w * T + t]
+                    else:
+                        for t in range(T):
+                            for v in range(V):
+                                out[s, row, t * V + v] = logits[v, w * T + t]
+
+
+def threads() -> int:
+    """Threads to split seeds over: the cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def over_seeds(kernel, n_seeds: int, *args):
+    """Run kernel(*args, lo, hi) over seed blocks on every core (the kernels release the GIL).
+    Each seed's arithmetic is the same whichever thread runs it, and next to whichever seeds."""
+    n = max(1, min(n_seeds, threads()))
+    bounds = [n_seeds * i // n for i in range(n + 1)]
+    if n == 1:
+        kernel(*args, 0, n_seeds)
+        return
+    with ThreadPoolExecutor(n) as pool:
+        for job in [pool.submit(kernel, *args, lo, hi) for lo, hi in zip(bounds, bounds[1:])]:
+            job.result()
+
+
+def _args(params):
+    starts, sizes, glob, lay, dims = layout(params.cfg)
+    return params.flat, starts, sizes, glob, lay, dims
+
+
+def loss_and_gradients(params, tokens, targets, weights):
+    """The compiled path's per-seed loss (S,) and gradient (a Params), as model.cross_entropy
+    and model.backward would give them."""
+    S = params.n_seeds
+    loss, grads = np.empty(S), params.like()
+    over_seeds(gradients, S, *_args(params), np.ascontiguousarray(tokens, dtype=np.int64),
+               np.ascontiguousarray(targets, dtype=np.int64),
+               np.ascontiguousarray(weights, dtype=np.float64), loss, grads.flat)
+    return loss, grads
+
+
+WINDOWS_PER_PASS = 64   # small enough for one seed's activations to stay in the cache
+
+
+def logits_at(params, inputs, index=None):
+    """As evaluate.logits_at, compiled: (S, W, T, V), or (S, W, V) with `index`."""
+    S, (W, T), V = params.n_seeds, inputs.shape, params.cfg.d_vocab
+    G = WINDOWS_PER_PASS
+    padded = np.zeros((-(-W // G) * G, T), dtype=np.int64)
+    padded[:W] = inputs
+    inputs = padded.reshape(-1, G, T)
+    if index is None:
+        out = np.empty((S, W, T * V))
+        over_seeds(logits_kernel, S, *_args(params), inputs, np.empty(0, dtype=np.int64), out)
+        return out.reshape(S, W, T, V)
+    out = np.empty((S, W, V))
+    over_seeds(logits_kernel, S, *_args(params), inputs,
+               np.ascontiguousarray(index, dtype=np.int64), out)
+    return out
+
+
+def train_steps(params, opt, tokens, targets, weights, lrs, loss_sum) -> np.ndarray:
+    """K AdamW steps (tokens etc. (K, S, B, T), lrs (K,)) on params and an optim.AdamW, in
+    place, with optim.AdamW's arithmetic; each step's loss is added to loss_sum (S,). Returns
+    per seed the index of the first step whose loss was not finite, or -1."""
+    b1, b2 = opt.betas
+    ts = opt.t + 1 + np.arange(len(lrs))
+    decay = np.array([1.0 - lr * opt.weight_decay for lr in lrs])
+    step_size = np.array([lr / (1.0 - b1 ** int(t)) for lr, t in zip(lrs, ts)])
+    bc2 = np.array([math.sqrt(1.0 - b2 ** int(t)) for t in ts])
+    bad = np.full(params.n_seeds, -1, dtype=np.int64)
+    over_seeds(train_chunk, params.n_seeds, *_args(params), opt.m, opt.v,
+               np.ascontiguousarray(tokens, dtype=np.int64),
+               np.ascontiguousarray(targets, dtype=np.int64),
+               np.ascontiguousarray(weights, dtype=np.float64), decay, step_size, bc2,
+               1.0 - b1, b2, 1.0 - b2, opt.eps, loss_sum, bad)
+    opt.t += len(lrs)
+    return bad
