@@ -16,7 +16,8 @@ with a reassociating reduction (`dot`) so that it vectorizes; its order is fixed
 compiled code, so reruns are byte-identical.
 
 Covered: any number of layers, heads and sizes, ReLU or GELU (tanh), pre-LayerNorm or none,
-optional Q/K/V biases, W_O and unembedding bias. Anything else (`supports` says) trains on
+attention-only blocks (d_mlp = 0), optional Q/K/V biases, W_O, final LayerNorm and unembedding
+bias. Anything else (`supports` says) trains on
 the NumPy engine.
 """
 
@@ -42,14 +43,15 @@ GELU_C = math.sqrt(2.0 / math.pi)
 LN_EPS = 1e-5
 
 # Where each parameter tensor starts in one seed's vector: the whole-model ones, then per layer.
-GLOBAL = ("embed.W_E", "pos_embed.W_pos", "unembed.W_U", "unembed.b_U")
+GLOBAL = ("embed.W_E", "pos_embed.W_pos", "unembed.W_U", "unembed.b_U", "ln_final.w",
+          "ln_final.b")
 LAYER = ("ln1.w", "ln1.b", "attn.W_Q", "attn.W_K", "attn.W_V", "attn.b_Q", "attn.b_K",
          "attn.b_V", "attn.W_O", "ln2.w", "ln2.b", "mlp.W_in", "mlp.b_in", "mlp.W_out",
          "mlp.b_out")
 (LN1W, LN1B, WQ, WK, WV, BQ, BK, BV, WO, LN2W, LN2B, WIN, BIN, WOUT, BOUT) = range(len(LAYER))
 # The config fields the kernel reads; any other field must keep its default to be covered.
 KNOWN_FIELDS = {"d_model", "n_heads", "d_head", "n_layers", "d_mlp", "n_ctx", "d_vocab",
-                "act_fn", "normalization", "qkv_bias", "attn_out", "unembed_bias"}
+                "act_fn", "normalization", "qkv_bias", "attn_out", "unembed_bias", "ln_final"}
 
 
 def supports(cfg: ModelConfig) -> bool:
@@ -248,16 +250,17 @@ if numba is not None:
                 np.empty((L, d, N)), np.empty((L, N)), np.empty((L, 3, hd, N)),
                 np.empty((L, B, H, T, T)), np.empty((L, hd, N)), np.empty((L, m, N)),
                 np.empty((L, m, N)), np.empty((V, N)), np.empty((d, N)), np.empty((d, N)),
-                np.empty((hd, N)), np.empty((3, hd, N)), np.empty((m, N)), np.empty(T))
+                np.empty((hd, N)), np.empty((3, hd, N)), np.empty((m, N)), np.empty(T),
+                np.empty((d, N)), np.empty(N), np.empty((d, N)))
 
     @njit(**EXACT)
     def forward_seed(p, tok, glob, lay, dims, B, T, bufs):
         """One seed's forward pass on tok (B, T): the logits land in bufs[13] as (V, N)."""
         (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, logits,
-         _, _, _, _, _, _) = bufs
+         _, _, _, _, _, _, hf, sf, final) = bufs
         d, H, dh, m, V, gelu = dims[0], dims[1], dims[2], dims[3], dims[4], dims[6]
         L, N, hd = lay.shape[0], B * T, dims[1] * dims[2]
-        WE, WPOS, WU, BU = glob[0], glob[1], glob[2], glob[3]
+        WE, WPOS, WU, BU, LNFW, LNFB = glob[0], glob[1], glob[2], glob[3], glob[4], glob[5]
         for b in range(B):
             for t in range(T):
                 for i in range(d):
@@ -279,6 +282,9 @@ if numba is not None:
                 linear(p, o[WO], hd, d, z[l], mid[l], 0, d, True)
             else:
                 mid[l] += z[l]
+            if o[WIN] < 0:   # attention-only block
+                res[l + 1][:] = mid[l]
+                continue
             x = mid[l]
             if o[LN2W] >= 0:
                 layer_norm(p, o[LN2W], o[LN2B], x, h2[l], s2[l], m_in[l])
@@ -296,7 +302,11 @@ if numba is not None:
             res[l + 1][:] = mid[l]
             linear(p, o[WOUT], m, d, post[l], res[l + 1], 0, d, True)
             add_bias(p, o[BOUT], d, res[l + 1])
-        linear(p, WU, d, V, res[L], logits, 0, V, False)
+        x = res[L]
+        if LNFW >= 0:
+            layer_norm(p, LNFW, LNFB, x, hf, sf, final)
+            x = final
+        linear(p, WU, d, V, x, logits, 0, V, False)
         if BU >= 0:
             add_bias(p, BU, V, logits)
 
@@ -330,45 +340,55 @@ if numba is not None:
         return loss / weight
 
     @njit(**EXACT)
+    def mlp_back(p, g, o, l, gelu, mid, m_in, h2, s2, pre, post, dres, dmid, dpre):
+        """Through block l's MLP, h = z + W_out act(W_in ln2(z) + b_in) + b_out: adds
+        dloss/dz to dres and writes the MLP's (and ln2's) parameter gradients."""
+        d, N = dres.shape
+        m = dpre.shape[0]
+        linear_back_w(g, o[WOUT], m, d, post[l], dres, 0, d)
+        for i in range(d):
+            g[o[BOUT] + i] = total(dres[i])
+        dpre[:] = 0.0
+        linear_back_x(p, o[WOUT], m, d, dres, 0, d, dpre)
+        for c in range(m):
+            for n in range(N):
+                a = pre[l, c, n]
+                if gelu:
+                    th = math.tanh(GELU_C * (a + 0.044715 * a * a * a))
+                    dpre[c, n] *= (0.5 * (1.0 + th) + 0.5 * a * (1.0 - th * th) * GELU_C
+                                   * (1.0 + 3.0 * 0.044715 * a * a))
+                elif a <= 0.0:
+                    dpre[c, n] = 0.0
+        x = m_in[l] if o[LN2W] >= 0 else mid[l]
+        linear_back_w(g, o[WIN], d, m, x, dpre, 0, m)
+        for c in range(m):
+            g[o[BIN] + c] = total(dpre[c])
+        dmid[:] = 0.0
+        linear_back_x(p, o[WIN], d, m, dpre, 0, m, dmid)
+        if o[LN2W] >= 0:
+            layer_norm_back(p, g, o[LN2W], o[LN2B], dmid, h2[l], s2[l], dmid)
+        dres += dmid
+
+    @njit(**EXACT)
     def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
         """Gradient of the loss into g, given dloss/dlogits in bufs[13] after forward_seed."""
         (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, dlogits,
-         dres, dmid, dz, dqkv, dpre, dpat) = bufs
+         dres, dmid, dz, dqkv, dpre, dpat, hf, sf, final) = bufs
         d, H, dh, m, V, n_ctx, gelu = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6]
         L, N, hd = lay.shape[0], B * T, dims[1] * dims[2]
-        WE, WPOS, WU, BU = glob[0], glob[1], glob[2], glob[3]
-        linear_back_w(g, WU, d, V, res[L], dlogits, 0, V)
+        WE, WPOS, WU, BU, LNFW, LNFB = glob[0], glob[1], glob[2], glob[3], glob[4], glob[5]
+        linear_back_w(g, WU, d, V, final if LNFW >= 0 else res[L], dlogits, 0, V)
         if BU >= 0:
             for v in range(V):
                 g[BU + v] = total(dlogits[v])
         dres[:] = 0.0
         linear_back_x(p, WU, d, V, dlogits, 0, V, dres)
+        if LNFW >= 0:
+            layer_norm_back(p, g, LNFW, LNFB, dres, hf, sf, dres)
         for l in range(L - 1, -1, -1):
             o = lay[l]
-            # MLP: h = z + W_out act(W_in ln2(z) + b_in) + b_out
-            linear_back_w(g, o[WOUT], m, d, post[l], dres, 0, d)
-            for i in range(d):
-                g[o[BOUT] + i] = total(dres[i])
-            dpre[:] = 0.0
-            linear_back_x(p, o[WOUT], m, d, dres, 0, d, dpre)
-            for c in range(m):
-                for n in range(N):
-                    a = pre[l, c, n]
-                    if gelu:
-                        th = math.tanh(GELU_C * (a + 0.044715 * a * a * a))
-                        dpre[c, n] *= (0.5 * (1.0 + th) + 0.5 * a * (1.0 - th * th) * GELU_C
-                                       * (1.0 + 3.0 * 0.044715 * a * a))
-                    elif a <= 0.0:
-                        dpre[c, n] = 0.0
-            x = m_in[l] if o[LN2W] >= 0 else mid[l]
-            linear_back_w(g, o[WIN], d, m, x, dpre, 0, m)
-            for c in range(m):
-                g[o[BIN] + c] = total(dpre[c])
-            dmid[:] = 0.0
-            linear_back_x(p, o[WIN], d, m, dpre, 0, m, dmid)
-            if o[LN2W] >= 0:
-                layer_norm_back(p, g, o[LN2W], o[LN2B], dmid, h2[l], s2[l], dmid)
-            dres += dmid
+            if o[WIN] >= 0:   # else an attention-only block
+                mlp_back(p, g, o, l, gelu, mid, m_in, h2, s2, pre, post, dres, dmid, dpre)
             # Attention: z = e + concat_h(softmax(q k^T / sqrt(dh)) v) [W_O]
             if o[WO] >= 0:
                 linear_back_w(g, o[WO], hd, d, z[l], dres, 0, d)

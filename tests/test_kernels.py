@@ -18,7 +18,7 @@ TASK = get_task("plus-last-even")
 
 
 def test_the_presets_train_compiled():
-    for name in ("paper-2d", "paper-2d-2layer", "simulator-16d", "small-4d-2head"):
+    for name in ("paper-2d", "paper-2d-2layer", "simulator-16d", "small-4d-2head", "attn-only-2l"):
         assert kernels.supports(preset(name, 12)), name
         assert Job(TASK, preset(name, 12), get_recipe("paper"), [0], [None]).compiled
 
