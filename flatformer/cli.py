@@ -24,6 +24,19 @@ console = Console(stderr=True)
 out = Console()
 
 
+def print_version(value: bool):
+    if value:
+        from . import __version__
+        print(f"flatformer {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(version: bool = typer.Option(False, "--version", callback=print_version,
+                                         is_eager=True, help="Print the version and exit.")):
+    pass
+
+
 def progress_display(*columns, transient: bool = False) -> Progress:
     """A rich progress display that degrades gracefully. Outside a terminal (a pipe, a log, CI)
     it draws nothing, and the command's own lines say what happened; the bar takes the width
