@@ -50,6 +50,9 @@ CAPTIONS = {
     "supp_landscape_embeddings": "Per-token probability maps with all combined embeddings "
     "overlaid.",
     "supp_landscape_values": "Per-token probability maps with all value vectors overlaid.",
+    "supp_circuit": "The model's edge graph (embeddings, heads with their query, key and value "
+    "inputs, MLPs, logits), each edge as wide as the change of the metric when it alone is "
+    "mean-ablated; in colour, the smallest set of edges that keeps 95% of the metric.",
 }
 
 

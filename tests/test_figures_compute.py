@@ -18,7 +18,7 @@ ISSUE_NAMES = [
     "fig09_output_landscape", "fig10_landscape_summary", "fig11_trace_embeddings",
     "fig12_trace_qk", "fig13_trace_attention", "fig14_trace_values", "fig15_trace_nudge",
     "supp_qkv_overview", "supp_attention_matrices", "supp_value_arrows", "supp_qkv_dimensions",
-    "supp_qk_full", "supp_landscape_embeddings", "supp_landscape_values"]
+    "supp_qk_full", "supp_landscape_embeddings", "supp_landscape_values", "supp_circuit"]
 
 
 @pytest.fixture(scope="module")

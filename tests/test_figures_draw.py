@@ -33,7 +33,7 @@ def draw_all(run_path, **kwargs):
 
 
 class Drawn(dict):
-    """Figures of one context, drawn on first use (the command-line test draws all 21)."""
+    """Figures of one context, drawn on first use (the command-line test draws all 22)."""
 
     def __init__(self, ctx):
         super().__init__()

@@ -30,7 +30,7 @@ def test_every_stage_shows_progress_and_writes_its_part(made):
     for i, stage in enumerate(["train", "figures", "movies", "explorer", "analysis", "report"]):
         assert f"{i + 1}/6 {stage}" in result.stdout + result.stderr
     run = out / "run"
-    assert len(list((run / "figures").glob("step_002000/*.png"))) == 21
+    assert len(list((run / "figures").glob("step_002000/*.png"))) == 22
     assert len(list((run / "movies").glob("*.mp4"))) == 5
     assert len(list((run / "movies").glob("*.gif"))) == 5
     assert (run / "explorer.html").exists() and (out / "analysis.json").exists()
@@ -49,7 +49,7 @@ def test_the_report_loads_every_image_and_movie_offline(made, chromium):
     page.goto(report.as_uri())
     page.wait_for_load_state("load")
     images = page.eval_on_selector_all("img", "els => els.map(e => [e.src, e.naturalWidth])")
-    assert len(images) == 21 and all(width > 0 for _, width in images), images
+    assert len(images) == 22 and all(width > 0 for _, width in images), images
     page.eval_on_selector_all("video", "els => els.forEach(e => e.load())")
     page.wait_for_function("() => [...document.querySelectorAll('video')].every("
                            "v => v.readyState >= 1 && v.videoWidth > 0)", timeout=20000)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data import TaskData
+from ..edges.methods import build_problem, find_circuits
 from ..errors import FlatformerError
 from ..evaluate import evaluate
 from ..model import Params
@@ -107,4 +108,5 @@ def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = Non
         "lens": {"note": lens_note(model), "stages": lens_summary(model, prompts),
                  "decomposition_error": exact, "attribution": pushes},
         "circuits": circuit_table(model, k),
+        "edge_circuit": find_circuits(build_problem(model, task, data, "mean")),
     }

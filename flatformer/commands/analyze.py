@@ -75,8 +75,28 @@ def render_report(report: dict):
                       f"{c['qk_mass']:.1%}", " ".join(f"{s:.3g}" for s in c["ov_singular"]),
                       f"{c['ov_mass']:.1%}")
     out.print(table)
+    if report.get("edge_circuit"):
+        render_edge_circuit(report["edge_circuit"])
     if report.get("patching"):
         render_patching(report["patching"])
+
+
+def render_edge_circuit(found: dict):
+    """Three lines: the circuit (flatformer circuits has the full tables)."""
+    c, m = found["circuit"], found["methods"]
+    faith = "-" if c["faithfulness"] is None else f"{c['faithfulness']:.3f}"
+    out.print()
+    out.print(Text(f"Circuit ({found['ablation']} ablation, {found['metric']}; flatformer "
+                   f"circuits RUN for more)", style="bold"))
+    out.print(_plain(f"{c['edges_kept']} of {c['edges_total']} edges keep {faith} of the "
+                     f"metric ({'minimal' if c['minimal'] else 'not minimal'}): "
+                     + ", ".join(f"{s}->{d}" for s, d in c["edges"])))
+
+    def auc(key):
+        value = m.get(key, {}).get("auc")
+        return "-" if value is None else f"{value:.2f}"
+    out.print(_plain(f"AUC against the exact effects: EAP {auc('eap')}, EAP-IG {auc('eap_ig')}, "
+                     f"ACDC {auc('acdc')} (ACDC keeps {m['acdc']['edges_kept']} edges)"))
 
 
 def render_patching(patching: dict):

@@ -13,7 +13,7 @@ command does. `FIGURES` maps each figure's file name to its pair, in the paper's
 
 from __future__ import annotations
 
-from . import attention, data, geometry, landscape, trace
+from . import attention, circuit, data, geometry, landscape, trace
 from .compute import NotInPlane
 from .context import FigureContext
 
@@ -45,6 +45,7 @@ FIGURES = {
     "supp_qk_full": _pair(attention, "qk_full"),
     "supp_landscape_embeddings": _pair(landscape, "landscape_embeddings"),
     "supp_landscape_values": _pair(landscape, "landscape_values"),
+    "supp_circuit": _pair(circuit, "circuit"),
 }
 
 __all__ = ["FIGURES", "FigureContext", "NotInPlane"]
