@@ -418,3 +418,49 @@ def test_the_page_works_inside_a_sandboxed_iframe(chromium, paper_run, tmp_path)
         assert "passed" in frame.locator("#selfcheck").text_content()
         frame.locator("#head-0-0").uncheck()       # knobs work; the hash cannot be written
         assert float(frame.locator("#kl").get_attribute("data-value")) > 0
+
+
+@pytest.mark.parametrize("fixture", ["paper_run", "two_layer_run"])
+def test_the_circuit_panel_equals_python_edge_ablation(chromium, page_of, request, fixture):
+    from flatformer.data import TaskData
+    from flatformer.edges.graph import EdgeGraph
+    from flatformer.edges.methods import sender_outputs
+    from flatformer.analysis.interventions import kl_divergence
+    run_dir = request.getfixturevalue(fixture)
+    run = load_run(run_dir)
+    graph = EdgeGraph(run.model())
+    data = TaskData.build(run.task, run.cfg.n_ctx)
+    means = {s: out.mean(0) for s, out in sender_outputs(graph, data.val_inputs).items()}
+    with visit(chromium, page_of(run_dir)) as page:
+        seq = np.array(state(page)["seq"])
+        T = len(seq)
+        refs = {s: m[:T] for s, m in means.items()}
+        shown = page.evaluate("explorer.edges")
+        assert page.evaluate("explorer.model.edgeGraph(explorer.data.config).edges") == \
+            [list(e) for e in graph.edges]
+        for s in graph.senders:
+            np.testing.assert_allclose(shown["refs"][s], refs[s], atol=1e-9, rtol=0)
+        # widths: the KL of each edge ablated alone, as Python computes it
+        alone = np.ones((graph.n_edges, graph.n_edges)) - np.eye(graph.n_edges)
+        clean = graph.forward(seq[None], refs, np.ones((1, graph.n_edges)))[0][0, 0, -1]
+        each = graph.forward(seq[None], refs, alone)[0][:, 0, -1]
+        np.testing.assert_allclose(shown["effect"], kl_divergence(clean, each), atol=1e-9, rtol=0)
+        # click an edge: it is ablated, and the output is Python's with that edge ablated
+        edge = graph.edge_index("tok", "a0.0.v")
+        page.locator(f'g.edge[data-edge="{edge}"]').dispatch_event("click")
+        assert state(page)["cut"] == [edge]
+        mask = np.ones(graph.n_edges)
+        mask[edge] = 0
+        logits = graph.forward(seq[None], refs, mask[None])[0][0, 0, -1]
+        np.testing.assert_allclose(page.evaluate("explorer.edges.logits"), logits, atol=1e-9,
+                                   rtol=0)
+        assert page.locator(f'g.edge[data-edge="{edge}"]').get_attribute("data-kept") == "0"
+        # circuit only: every edge outside the exported circuit ablated as well
+        page.locator("#circuit-only").check()
+        assert state(page)["only"] and "only=circuit" in page.evaluate("location.hash")
+        kept = {tuple(e) for e in page.evaluate("explorer.data.circuit.edges")}
+        mask = np.array([float(e in kept) for e in graph.edges])
+        mask[edge] = 0
+        logits = graph.forward(seq[None], refs, mask[None])[0][0, 0, -1]
+        np.testing.assert_allclose(page.evaluate("explorer.edges.logits"), logits, atol=1e-9,
+                                   rtol=0)

@@ -149,13 +149,30 @@ def export_run(run: Run | str | Path, step: int | None = None,
     steps = [step] if max_checkpoints == 1 else pick_steps(run.steps, max_checkpoints, step)
     try:
         task = run.task
-        task_name, demo, focus = task.name, task.demo, task.focus
+        task_name, demo, focus, known = task.name, task.demo, task.focus, True
     except FlatformerError:  # a task this version does not know: the page works without it
-        task_name, demo, focus = run.config.get("task"), "", ""
-    return build_export(run.cfg, run.vocab, [(s, run.weights(s)) for s in steps], step,
+        task_name, demo, focus, known = run.config.get("task"), "", "", False
+    data = build_export(run.cfg, run.vocab, [(s, run.weights(s)) for s in steps], step,
                         title=Path(run.path).name, task=task_name,
                         preset=run.config.get("preset"), demo=demo, focus=focus,
                         metrics=run.metrics)
+    if known:
+        data["circuit"] = circuit_export(run, step)
+    return data
+
+
+def circuit_export(run: Run, step: int) -> dict:
+    """What the page's circuit panel needs beyond the weights: the held-out windows that mean
+    ablation averages over (the page averages the senders' outputs itself, at any checkpoint),
+    and the circuit `flatformer circuits` finds at `step` (mean ablation, default metric)."""
+    from ..data import TaskData
+    from ..edges.methods import build_problem, find_circuits
+    data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
+    problem = build_problem(run.model(step), run.task, data, "mean")
+    found = find_circuits(problem, methods=("exact",))
+    return {"step": step, "windows": data.val_inputs.tolist(), "metric": found["metric"],
+            "edges": found["circuit"]["edges"], "faithfulness": found["circuit"]["faithfulness"],
+            "edges_total": found["circuit"]["edges_total"]}
 
 
 def export_model(model: Transformer, vocab: list[str], *, title: str = "model",

@@ -53,7 +53,9 @@
 
   // ---- state: everything a view depends on, mirrored in the URL hash ----
   const DEFAULT = {seq: DATA.demo.slice(), step: DATA.step, off: [], mlp: [], pos: false, beta: 1,
-                   temp: 1, k: 0, p: 1, seed: 1, n: cfg.n_ctx, cell: null, zoom: false};
+                   temp: 1, k: 0, p: 1, seed: 1, n: cfg.n_ctx, cell: null, zoom: false,
+                   cut: [], only: false};
+  const EDGES = M.edgeGraph(cfg);
   let state = {...DEFAULT};
 
   function toHash(s) {
@@ -62,6 +64,8 @@
     if (s.mlp.length) parts.push(`mlp=${s.mlp.join(",")}`);
     if (s.pos) parts.push("pos=off");
     if (s.zoom) parts.push("zoom=seq");
+    if (s.cut.length) parts.push(`cut=${s.cut.join(",")}`);
+    if (s.only) parts.push("only=circuit");
     for (const key of ["beta", "temp", "k", "p", "seed", "n"]) {
       if (s[key] !== DEFAULT[key]) parts.push(`${key}=${s[key]}`);
     }
@@ -95,6 +99,12 @@
       if (mlp.every((x) => Number.isInteger(x) && x >= 0 && x < L)) s.mlp = [...new Set(mlp)].sort();
       else problems.push("mlp");
     }
+    if (params.has("cut")) {
+      const cut = params.get("cut").split(",").filter(Boolean).map(Number);
+      if (cut.every((e) => Number.isInteger(e) && e >= 0 && e < EDGES.edges.length)) s.cut = [...new Set(cut)].sort((a, b) => a - b);
+      else problems.push("cut");
+    }
+    s.only = params.get("only") === "circuit" && !!DATA.circuit;
     s.pos = params.get("pos") === "off";
     s.zoom = params.get("zoom") === "seq";
     num("beta", (v) => v >= 0 && v <= 10);
@@ -682,6 +692,99 @@
     }};
   }
 
+  // ---- Circuit: the edge graph of flatformer/edges, every edge ablatable ----
+  const SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs = {}) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+    return node;
+  }
+
+  function edgesPanel() {
+    const C = DATA.circuit;
+    const el = section("edges", "Circuit",
+      "The model as a graph: embeddings, each head (reading the stream three times: q, k, v), each MLP, the logits. An edge is one node's output as a later one reads it. Click an edge to ablate it (it then carries its mean output over the held-out windows, mean ablation); its width is the KL of the last next-token distribution when it alone is ablated, on this prompt.");
+    if (!C) {
+      el.appendChild(h("p", {class: "fig-note"}, "This run's task is unknown to this version: no circuit."));
+      return {el, key: () => "none", update() {}};
+    }
+    const inCircuit = new Set(C.edges.map(([s, r]) => `${s}>${r}`));
+    const only = h("input", {type: "checkbox", id: "circuit-only", onchange: (e) => setState({only: e.target.checked})});
+    const reset = h("button", {type: "button", onclick: () => setState({cut: [], only: false})}, "restore every edge");
+    const note = h("p", {class: "fig-note", id: "circuit-note"});
+    const box = h("div", {class: "edge-graph", id: "edge-graph"});
+    const out = h("table", {class: "ablations", id: "edge-output"});
+    el.append(row(h("label", {}, only, ` circuit only (the ${C.edges.length} of ${C.edges_total} edges flatformer circuits kept at step ${C.step}, faithfulness ${C.faithfulness === null ? "-" : C.faithfulness.toFixed(3)} of the ${C.metric})`), reset), note, box, out);
+    const cols = {}, colOf = (n) => (n === "tok" || n === "pos" ? 0 : n === "logits" ? 1 + 2 * L
+      : 1 + 2 * Number(n.slice(1).split(".")[0]) + (n[0] === "m" ? 1 : 0));
+    for (const n of EDGES.nodes) (cols[colOf(n)] = cols[colOf(n)] || []).push(n);
+    const rows = Math.max(...Object.values(cols).map((c) => c.length));
+    const W = 140 * (2 + 2 * L), Hh = 70 * rows + 20, bw = 64, bh = 34;
+    const at = {};
+    for (const [x, members] of Object.entries(cols)) {
+      members.forEach((n, i) => { at[n] = [50 + 140 * x, Hh / 2 + 70 * (i - (members.length - 1) / 2)]; });
+    }
+    const port = {q: -10, k: 0, v: 10};
+    const color = {q: "#0072B2", k: "#D55E00", v: "#009E73"};
+    return {el, key: () => `${state.step}:${state.seq.join(".")}:${state.cut.join(",")}:${state.only}`, update(c) {
+      const T = c.T, model = c.model;
+      const means = memo(`means:${state.step}`, () => M.meanOutputs(model, C.windows));
+      const refs = {};
+      for (const s of EDGES.senders) refs[s] = means[s].slice(0, T);
+      const cut = new Set(state.cut);
+      const keep = EDGES.edges.map(([s, r], e) => (cut.has(e) || (state.only && !inCircuit.has(`${s}>${r}`)) ? 0 : 1));
+      const ones = EDGES.edges.map(() => 1);
+      const clean = M.edgeForward(model, c.seq, refs, ones).logits[T - 1];
+      const now = M.edgeForward(model, c.seq, refs, keep).logits[T - 1];
+      const effect = memo(`edge-effects:${state.step}:${c.seq.join(".")}`, () => EDGES.edges.map((_, e) => {
+        const alone = ones.slice();
+        alone[e] = 0;
+        return M.kl(clean, M.edgeForward(model, c.seq, refs, alone).logits[T - 1]);
+      }));
+      const largest = Math.max(...effect, 1e-12);
+      clear(box);
+      const pic = svg("svg", {width: W, height: Hh, viewBox: `0 0 ${W} ${Hh}`, role: "img"});
+      EDGES.edges.forEach(([s, r], e) => {
+        const kind = /\.[qkv]$/.test(r) ? r.slice(-1) : null, node = kind ? r.slice(0, -2) : r;
+        const [x0, y0] = at[s], [x1, y1] = at[node];
+        const sx = x0 + bw / 2, ex = x1 - bw / 2, ey = y1 + (kind ? port[kind] : 0), mx = (sx + ex) / 2;
+        const d = `M ${sx} ${y0} C ${mx} ${y0}, ${mx} ${ey}, ${ex} ${ey}`;
+        const kept = keep[e] === 1, member = inCircuit.has(`${s}>${r}`);
+        const stroke = !kept ? "#d1242f" : member ? (color[kind] || "#CC79A7") : "#b8b8b8";
+        const g = svg("g", {class: "edge", "data-edge": e, "data-src": s, "data-dst": r, "data-kept": kept ? 1 : 0});
+        const title = svg("title");
+        title.textContent = `${s} → ${r}: KL ${String(effect[e])} nats when ablated alone${kept ? "" : " (ablated)"}`;
+        g.append(title, svg("path", {d, fill: "none", stroke, "stroke-width": 0.8 + 6 * effect[e] / largest, "stroke-dasharray": kept ? "" : "4 3"}),
+          svg("path", {d, fill: "none", stroke: "transparent", "stroke-width": 10, style: "cursor:pointer"}));
+        g.addEventListener("click", () => {
+          const next = new Set(state.cut);
+          if (next.has(e)) next.delete(e); else next.add(e);
+          setState({cut: [...next].sort((a, b) => a - b)});
+        });
+        pic.appendChild(g);
+      });
+      for (const n of EDGES.nodes) {
+        const [x, y] = at[n];
+        pic.appendChild(svg("rect", {x: x - bw / 2, y: y - bh / 2, width: bw, height: bh, rx: 5, fill: "white", stroke: "#333"}));
+        const label = svg("text", {x, y: y + 4, "text-anchor": "middle", "font-size": 12});
+        label.textContent = n;
+        pic.appendChild(label);
+      }
+      box.appendChild(pic);
+      only.checked = state.only;
+      const ablated = keep.filter((k) => k === 0).length;
+      note.textContent = `${ablated} of ${keep.length} edges ablated; KL(original ‖ this) at the last position = ${String(M.kl(clean, now))} nats`;
+      const p = M.softmax(now), p0 = M.softmax(clean);
+      const order = p.map((_, v) => v).sort((a, b) => p[b] - p[a] || a - b).slice(0, 5);
+      clear(out);
+      out.append(h("thead", {}, h("tr", {}, h("th", {}, "next token"), h("th", {}, "p, these edges"), h("th", {}, "p, every edge"))));
+      const body = h("tbody");
+      for (const v of order) body.appendChild(h("tr", {}, h("td", {}, h("b", {}, word(v))), h("td", {}, `${(100 * p[v]).toFixed(1)}%`), h("td", {}, `${(100 * p0[v]).toFixed(1)}%`)));
+      out.appendChild(body);
+      window.explorer.edges = {keep, logits: now, clean, effect, refs};
+    }};
+  }
+
   // ---- Logit lens ----
   function lensPanel() {
     const el = section("lens", "Logit lens",
@@ -766,7 +869,7 @@
   // ---- assemble ----
   const panels = [headerPanel(), sequencePanel(), toolbar(), embedPanel()];
   for (let l = 0; l < L; l++) panels.push(attendPanel(l), ...(M.attnOnly(cfg) ? [] : [thinkPanel(l)]));
-  panels.push(readoutPanel(), knobsPanel(), circuitsPanel(), lensPanel());
+  panels.push(readoutPanel(), knobsPanel(), circuitsPanel(), edgesPanel(), lensPanel());
   const footer = h("footer", {},
     "Every number on this page is computed in your browser from the exported weights (float64, the same arithmetic as the Python engine); nothing is fetched from the network. ",
     "The address bar holds the whole view: copy it to share exactly this state.");
