@@ -7,7 +7,7 @@ current output from the activations recorded so far in the same run, and replace
 input by the residual stream minus (1 - mask_e) * (output - ablated value) of every edge e into
 it (the stream is the sum of the outputs recorded so far): q, k, v of every head are recomputed
 from that input (through LayerNorm if any), the MLP's pre-activation likewise, and the stream
-the unembedding reads. `mask` is a torch tensor, so
+the unembedding reads (the model applies its final LayerNorm, if any, after that). `mask` is a torch tensor, so
 autograd gives d metric / d mask.
 """
 
@@ -83,10 +83,11 @@ def hooked_edge_logits(run, graph, tokens, refs, mask):
     hooks = {"hook_embed": record, "hook_pos_embed": record}
     for L in range(cfg.n_layers):
         b = f"blocks.{L}."
-        for name in ("attn.hook_z", "hook_mlp_out"):
-            hooks[b + name] = record
+        hooks[b + "attn.hook_z"] = record
         for kind in "qkv":
             hooks[b + f"attn.hook_{kind}"] = qkv_hook(L, kind)
-        hooks[b + "mlp.hook_pre"] = mlp_hook(L)
+        if graph.mlp[L]:
+            hooks[b + "hook_mlp_out"] = record
+            hooks[b + "mlp.hook_pre"] = mlp_hook(L)
     hooks[last] = lambda x, name: read("logits")
     return run(torch.tensor(tokens), hooks)

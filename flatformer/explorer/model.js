@@ -524,9 +524,9 @@ const FlatModel = (() => {
   }
 
   // Logits [T][V] (through the final LayerNorm if any) and every sender's output [T][d] with
-  // edges ablated: receiver r reads the sum
-  // over its edges e = (s, r) of ref_s + keep[e] (out_s - ref_s), where out_s is the sender's
-  // output in this run and refs[s] [T][d] its ablated value (keep 1 = edge kept, 0 = ablated).
+  // edges ablated: receiver r reads the sum over its edges e = (s, r) of
+  // ref_s + keep[e] (out_s - ref_s), where out_s is the sender's output in this run and
+  // refs[s] [T][d] its ablated value (keep 1 = edge kept, 0 = ablated).
   function edgeForward(model, tokens, refs, keep) {
     const {cfg, w} = model;
     checkTokens(cfg, tokens);
