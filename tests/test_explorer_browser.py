@@ -89,7 +89,7 @@ def test_self_check_passes_and_every_panel_shows_its_hooks(chromium, page_of, re
         assert banner.get_attribute("class") == "banner ok" and "passed" in banner.text_content()
         panels = page.eval_on_selector_all("section.panel", "els => els.map(e => e.id)")
         layers = [p for l in range(cfg.n_layers) for p in (f"attend-{l}", f"think-{l}")]
-        assert panels == ["input", "embed", *layers, "readout", "knobs", "circuits", "lens"]
+        assert panels == ["input", "embed", *layers, "readout", "knobs", "circuits", "edges", "lens"]
         shown = set(page.eval_on_selector_all("code.hook", "els => els.map(e => e.textContent)"))
         # Every activation is on the page except LayerNorm scales and the later layers'
         # resid_pre (the same numbers as the previous layer's resid_post, shown there).
