@@ -90,6 +90,14 @@ def run_training(job, resume: bool):
         progress.stop()
 
 
+def floor_line(loss: float, floor: dict) -> str:
+    """The held-out loss beside the lowest any model could reach (Task.loss_floor)."""
+    return (f"held-out loss {loss:.4f} nats; the task's entropy rate {floor['entropy_rate']:.4f} "
+            f"(the floor with endless context: {loss - floor['entropy_rate']:+.4f} above it), "
+            f"the best possible on these held-out windows {floor['floor']:.4f} "
+            f"({loss - floor['floor']:+.4f})")
+
+
 @app.command()
 def tasks():
     """List every task with its vocabulary size, default preset and measured rule error."""
@@ -133,6 +141,9 @@ def train(
                   f"{finals[0]['train_loss']:.4f}, held-out loss {finals[0]['val_loss']:.4f}, "
                   f"rule error {finals[0]['rule_error']:.2%} ({seconds:.1f} s)", markup=False,
                   soft_wrap=True)
+        floor = job.task.loss_floor(trainer.data)
+        if floor:
+            out.print(floor_line(finals[0]["val_loss"], floor), markup=False, soft_wrap=True)
     else:
         learned = sum(f["rule_error"] <= 0.01 for f in finals)
         out.print(f"{folder}: {len(finals)} seeds, {learned} at rule error <= 1% "
@@ -151,6 +162,9 @@ def eval_cmd(run: Path = typer.Argument(..., help="A run folder."),
     else:
         out.print(f"{run}: step {result['step']}, held-out loss {result['loss']:.4f}, "
                   f"rule error {result['rule_error']:.2%}", markup=False, soft_wrap=True)
+        if "loss_floor" in result:
+            out.print(floor_line(result["loss"], result["loss_floor"]), markup=False,
+                      soft_wrap=True)
 
 
 @app.command()

@@ -58,10 +58,13 @@ def evaluate(params: Params, data: TaskData, with_loss: bool = True):
 
 
 def evaluate_run(path, step: int | None = None) -> dict:
-    """{"step", "loss", "rule_error"} of a run folder's checkpoint (default: the last)."""
+    """{"step", "loss", "rule_error"} of a run folder's checkpoint (default: the last), and
+    "loss_floor" when the task knows the lowest loss any model could reach (Task.loss_floor)."""
     run = load_run(path)
     step = run.resolve_step(step)
     params = Params.stack(run.cfg, [run.weights(step)])
     data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
     loss, rule_error = evaluate(params, data)
-    return {"step": step, "loss": float(loss[0]), "rule_error": float(rule_error[0])}
+    result = {"step": step, "loss": float(loss[0]), "rule_error": float(rule_error[0])}
+    floor = run.task.loss_floor(data)
+    return {**result, "loss_floor": floor} if floor else result

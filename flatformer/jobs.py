@@ -72,13 +72,17 @@ def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets,
         task = get_task(task_name)
     # The task's own settings (a second layer, fewer steps) go under the user's --set.
     overrides = {**task.defaults, **parse_sets(sets)}
+    task_settings = {k: overrides.pop(k) for k in list(overrides) if k in task.settings}
+    if task_settings:
+        task = get_task(task.name, task_settings)
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
     recipe_fields = {f.name for f in dataclasses.fields(Recipe)}
     unknown = sorted(set(overrides) - model_fields - recipe_fields - {"data_seed"})
     if unknown:
+        task_keys = f"; {task.name} keys: {', '.join(task.settings)}" if task.settings else ""
         raise FlatformerError(f"--set: unknown key {unknown[0]!r}; model keys: "
                               f"{', '.join(sorted(model_fields - {'d_vocab'}))}; recipe keys: "
-                              f"{', '.join(sorted(recipe_fields))}")
+                              f"{', '.join(sorted(recipe_fields))}{task_keys}")
     if "d_vocab" in overrides:
         raise FlatformerError("--set: d_vocab comes from the task's vocabulary")
     preset_name = preset_name or task.default_preset

@@ -20,18 +20,23 @@ TASKS: dict[str, type[Task]] = {cls.name: cls for cls in [
     TinyGrammar]}
 
 
-def get_task(name: str) -> Task:
+def get_task(name: str, settings: dict | None = None) -> Task:
+    """The task called `name`, with its own `settings` (see Task.settings) if any."""
     if name == "corpus":
         raise FlatformerError("the corpus task is built from a text file: "
                               "flatformer train --corpus FILE [--tokenizer word|char]")
     if name not in TASKS:
         raise FlatformerError(f"unknown task {name!r}; choose one of {', '.join(sorted(TASKS))} "
                               f"(flatformer tasks lists them)")
-    return TASKS[name]()
+    cls = TASKS[name]
+    unknown = sorted(set(settings or {}) - set(cls.settings))
+    if unknown:
+        raise FlatformerError(f"task {name} has no setting {unknown[0]!r}")
+    return cls(**(settings or {}))
 
 
 def task_for_run(config: dict) -> Task:
     """The task a run folder's config names (a corpus run's config holds its text)."""
     if config.get("task") == "corpus":
         return corpus_for_run(config)
-    return get_task(config["task"])
+    return get_task(config["task"], config.get("task_settings"))

@@ -60,6 +60,9 @@ class Task:
     # Model and recipe settings this task trains with unless the user's --set says otherwise,
     # e.g. {"n_layers": 2} (it needs a second layer) or {"steps": 5000} (it learns sooner).
     defaults: dict = {}
+    # The task's own settings, set with --set like a model or recipe field: name -> default.
+    # A run's config.json keeps the ones that differ from the default (config_extra).
+    settings: dict = {}
     # The roles its tokens play, when the rule is a recall ("after a marker, the most recent
     # token of a class"): read by the analysis, compare and corruption. None for other rules.
     recall: Recall | None = None
@@ -142,8 +145,14 @@ class Task:
 
     def config_extra(self) -> dict:
         """Entries a run's config.json needs, beside the name, to rebuild this task (default:
-        none; the corpus task keeps its text)."""
-        return {}
+        the settings that differ from their defaults; the corpus task keeps its text)."""
+        changed = {k: getattr(self, k) for k, v in self.settings.items() if getattr(self, k) != v}
+        return {"task_settings": changed} if changed else {}
+
+    def loss_floor(self, data) -> dict | None:
+        """The lowest held-out loss any model could reach, when the task knows it (None: it
+        does not): {"entropy_rate": nats per token, "floor": nats on the held-out windows}."""
+        return None
 
     def split(self, data_seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The fixed training and held-out sequences: the last `n_held_out` are held out."""

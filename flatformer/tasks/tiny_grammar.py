@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import FlatformerError
 from .base import Task
 
 CORPUS = Path(__file__).parent / "data" / "tiny_grammar.txt"
@@ -67,6 +68,18 @@ class TinyGrammar(Task):
     roles: a verb after an object, as if it were a subject; a full stop after a subject; an
     animal after `on the`, or a place after `saw the`. Greedy text from `the big` replays the
     corpus (seed 0): `the big bird ran . a lazy bird slept . the lazy dog liked the bird .`
+
+    With `--set train_text=grammar` it trains on 2,000 fresh grammar sequences instead, and the
+    held-out loss has a floor: the grammar's entropy rate, 1.3321 nats per word (`entropy_rate`),
+    for a model that could see the whole past; a window of n_ctx words sees less, and the best
+    possible loss on the held-out windows (`window_loss_floor`) is 1.4304 at n_ctx 8 and 1.4086
+    at 16. Measured (seed 0): 4,000 steps at n_ctx 8 reach 1.4347 (0.004 above the window
+    floor, 0.103 above the rate); `--set n_ctx=16 --set steps=8000` reaches 1.4091 (0.0005 and
+    0.077). Rule error 0% in both. Greedy text is grammatical from a prompt that shows the
+    sentence start (`. the big` -> `the big cat chased a mouse . a mouse chased a mouse .`),
+    but `the big` alone continues `the big cat .`: a window that starts at `the` cannot tell a
+    subject from an object, and `.` is then the likeliest single word, so this is the best
+    guess, not a failure to learn.
     """
 
     name = "tiny-grammar"
@@ -81,10 +94,17 @@ class TinyGrammar(Task):
     # Every window counts, as in source 2: a model that memorises the corpus is meant to know
     # the `.` after an object even when the verb has left its window.
     defaults = {"steps": 4000, "candidates": 1, "drop_unseen": False}
+    # train_text=grammar: train on fresh sentences drawn from the grammar (n_sequences of them)
+    # instead of the shipped corpus, to learn the grammar rather than memorise 243 tokens.
+    settings = {"train_text": "corpus"}
     min_len = 20
     max_len = 50
 
-    def __init__(self):
+    def __init__(self, train_text: str = "corpus"):
+        if train_text not in ("corpus", "grammar"):
+            raise FlatformerError(f"tiny-grammar: train_text must be corpus or grammar, got "
+                                  f"{train_text!r}")
+        self.train_text = train_text
         self.word_class = {self.vocab.index(w): cls for cls, ws in WORDS.items() for w in ws}
         self.allowed_in = {state: np.isin(np.arange(len(self.vocab)),
                                           [i for i, c in self.word_class.items() if c in edges])
@@ -127,10 +147,62 @@ class TinyGrammar(Task):
         return seq
 
     def split(self, data_seed: int = 0):
-        """The corpus trains; 100 fresh grammar sequences are held out."""
+        """The corpus trains (or, with train_text=grammar, n_sequences fresh grammar sequences);
+        100 fresh grammar sequences are held out."""
         rng = np.random.default_rng([data_seed, 7])
         held = [np.asarray(self.sample(rng), dtype=np.int64) for _ in range(100)]
-        return [self.corpus()], held
+        if self.train_text == "corpus":
+            return [self.corpus()], held
+        rng = np.random.default_rng([data_seed, 8])
+        return [np.asarray(self.sample(rng), dtype=np.int64)
+                for _ in range(self.n_sequences)], held
+
+    def chain(self):
+        """The grammar as a hidden Markov chain over the automaton's states: P[s, w], the
+        probability that state s emits word w (as `sentence` draws it); N[s, w], the state it
+        leads to; pi, the stationary distribution of the states over endless text."""
+        states = list(GRAMMAR)
+        P = np.zeros((len(states), len(self.vocab)))
+        N = np.zeros((len(states), len(self.vocab)), dtype=int)
+        for i, state in enumerate(states):
+            for cls, following in GRAMMAR[state].items():
+                for word in WORDS[cls]:
+                    w = self.vocab.index(word)
+                    P[i, w] = 1 / len(GRAMMAR[state]) / len(WORDS[cls])
+                    N[i, w] = states.index(following)
+        T = np.zeros((len(states), len(states)))
+        np.add.at(T, (np.repeat(np.arange(len(states)), len(self.vocab)), N.ravel()), P.ravel())
+        values, vectors = np.linalg.eig(T.T)
+        pi = np.real(vectors[:, np.argmin(np.abs(values - 1))])
+        return P, N, pi / pi.sum()
+
+    def entropy_rate(self) -> float:
+        """The grammar's entropy rate in nats per word, H = sum_s pi(s) H(next word | s): the
+        automaton is deterministic, so an endless past pins its state down (Cover & Thomas,
+        Elements of Information Theory, 2nd ed., Theorem 4.2.4 for the Markov-chain form)."""
+        P, _, pi = self.chain()
+        return float(pi @ -(P * np.log(np.where(P > 0, P, 1))).sum(1))
+
+    def window_loss_floor(self, inputs: np.ndarray, targets: np.ndarray) -> float:
+        """The mean loss, in nats, of the best possible predictor on these windows: exact
+        Bayesian filtering of the automaton's state from what each window shows, starting from
+        the stationary distribution (a window does not show where its sentence began)."""
+        P, N, pi = self.chain()
+        inputs, targets = np.asarray(inputs), np.asarray(targets)
+        belief = np.broadcast_to(pi, (len(inputs), len(pi))).copy()
+        losses = np.empty(inputs.shape)
+        rows = np.arange(len(inputs))
+        for t in range(inputs.shape[1]):
+            weight = belief * P[:, inputs[:, t]].T                    # (W, S): see word x_t
+            belief = np.zeros_like(belief)
+            np.add.at(belief, (rows[:, None], N[:, inputs[:, t]].T), weight)
+            belief /= belief.sum(1, keepdims=True)
+            losses[:, t] = -np.log(np.einsum("ws,sw->w", belief, P[:, targets[:, t]]))
+        return float(losses.mean())
+
+    def loss_floor(self, data) -> dict:
+        return {"entropy_rate": self.entropy_rate(),
+                "floor": self.window_loss_floor(data.val_inputs, data.val_targets)}
 
     def allowed(self, seq):
         """The grammar's allowed next words, at positions the preceding words determine.
