@@ -197,6 +197,13 @@ def test_circuits_command_json_and_refusals(paper_run):
     assert_one_line_error(cli("circuits", paper_run, "--ablation", "half"), "--ablation")
     assert_one_line_error(cli("circuits", paper_run, "--metric", "acc"), "--metric")
     assert_one_line_error(cli("circuits", paper_run, "--methods", "eap,magic"), "magic")
+    assert_one_line_error(cli("circuits", paper_run, "--path", "tok>m0,a0.0>logits"), "breaks")
+    assert_one_line_error(cli("circuits", paper_run, "--path", "tok"), "--path")
+    patched = cli("circuits", paper_run, "--json", "--prompts", "60", "--methods", "eap",
+                  "--ablation", "resample", "--path", "tok>a0.0.v")
+    report = json.loads(patched.stdout)
+    exact = [e["exact"] for e in report["edges"] if (e["src"], e["dst"]) == ("tok", "a0.0.v")]
+    assert report["path_patching"]["effect"] == pytest.approx(exact[0], abs=1e-9)
 
 
 def test_resample_needs_a_task_that_corrupts(paper):

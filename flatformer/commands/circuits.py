@@ -65,17 +65,37 @@ def render_circuits(report: dict, top: int):
     out.print(Text("  " + ", ".join(f"{s}->{d}" for s, d in circuit["edges"])))
 
 
+def parse_path(text: str) -> list[tuple[str, str]]:
+    """"tok>a0.0.v,a0.0>m0" -> [("tok", "a0.0.v"), ("a0.0", "m0")]."""
+    edges = []
+    for part in text.split(","):
+        src, sep, dst = part.strip().partition(">")
+        if not sep or not src.strip() or not dst.strip():
+            raise FlatformerError(f"--path takes edges SRC>DST separated by commas, such as "
+                                  f"tok>a0.0.v,a0.0>m0; got {text!r}")
+        edges.append((src.strip(), dst.strip()))
+    return edges
+
+
 def circuits_report(run, step, ablation, metric, methods, prompts, target, tau, ig_steps,
-                    progress=None) -> dict:
-    """The JSON report of `flatformer circuits` for a loaded run (used by reproduce too)."""
+                    progress=None, path=None) -> dict:
+    """The JSON report of `flatformer circuits` for a loaded run; with `path` (edges), also
+    that path's path-patching effect between the clean and the corrupt prompts."""
     from ..data import TaskData
-    from ..edges.methods import build_problem, find_circuits
+    from ..edges.methods import build_problem, find_circuits, path_patch
     step = run.resolve_step(step)
     data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
     problem = build_problem(run.model(step), run.task, data, ablation, metric, prompts)
+    patched = None
+    if path:
+        if problem.corrupt is None:
+            problem = build_problem(run.model(step), run.task, data, "resample", metric,
+                                    prompts)
+        patched = {"path": [list(e) for e in path], "effect": path_patch(problem, path)}
     report = find_circuits(problem, methods, target, tau=tau, ig_steps=ig_steps,
                            progress=progress)
-    return {"run": str(run.path), "task": run.task.name, "step": step, **report}
+    return {"run": str(run.path), "task": run.task.name, "step": step, **report,
+            **({"path_patching": patched} if patched else {})}
 
 
 @app.command()
@@ -96,6 +116,9 @@ def circuits(
                                         "the clean-vs-ablated gap]."),
     ig_steps: int = typer.Option(5, help="EAP-IG's integration steps."),
     top: int = typer.Option(15, help="Edges shown in the table."),
+    path: Optional[str] = typer.Option(None, help="Path patching: edges SRC>DST joined by "
+                                       "commas (tok>a0.0.v,a0.0>m0,m0>logits); the sender's "
+                                       "corrupt output reaches the rest only along this path."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Which edges compute the rule: every edge of the model's graph (tok, pos, heads aL.H with
@@ -110,10 +133,16 @@ def circuits(
     if top < 1:
         raise FlatformerError(f"--top must be >= 1, got {top}")
     wanted = [m.strip() for m in methods.split(",") if m.strip()]
+    edges = parse_path(path) if path is not None else None
     with console.status("circuits") as status:
         report = circuits_report(loaded, step, ablation, metric, wanted, prompts, target, tau,
-                                 ig_steps, lambda name: status.update(f"circuits: {name}"))
+                                 ig_steps, lambda name: status.update(f"circuits: {name}"),
+                                 edges)
     if as_json:
         print(json.dumps(report))
-    else:
-        render_circuits(report, top)
+        return
+    render_circuits(report, top)
+    if edges:
+        out.print(Text(f"Path patching {', '.join(f'{s}>{d}' for s, d in edges)} (clean vs "
+                       f"corrupt prompts): the {report['metric']} moves by "
+                       f"{report['path_patching']['effect']:+.4f}"))

@@ -169,12 +169,13 @@ def path_patch(problem: Problem, path: list[tuple[str, str]]) -> float:
         raise FlatformerError("path patching needs corrupt prompts (a task that declares them)")
     if not path:
         raise FlatformerError("path patching needs at least one edge")
-    for (_, dst), (src, _) in zip(path, path[1:]):
-        if graph.node_of(dst) != src:
-            raise FlatformerError(f"path breaks at {dst} -> {src}")
     for edge in path:
         if edge not in graph.edges:
             raise FlatformerError(f"no edge {edge[0]} -> {edge[1]} in this model")
+    for (_, dst), (src, _) in zip(path, path[1:]):
+        if graph.node_of(dst) != src:
+            raise FlatformerError(f"the path breaks: an edge ends at {graph.node_of(dst)} but "
+                                  f"the next one starts at {src}")
     clean = sender_outputs(graph, problem.tokens)
     inner = {graph.node_of(dst) for _, dst in path[:-1]}
     ids = [graph.edges.index(e) for e in path]
