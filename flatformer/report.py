@@ -67,6 +67,7 @@ class Report:
     algorithm: list[dict] = field(default_factory=list)              # {step, measure, value, ...}
     explorer: Path | None = None
     notes: list[str] = field(default_factory=list)
+    circuit: dict | None = None       # edges.methods.find_circuits of the checkpoint
 
 
 def _rel(path: Path, folder: Path) -> str:
@@ -86,6 +87,29 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def circuit_html(found: dict) -> str:
+    """The circuit section: its edges with their exact effects, and the methods' scores."""
+    c, m = found["circuit"], found["methods"]
+    faith = "-" if c["faithfulness"] is None else f"{c['faithfulness']:.3f}"
+    effect = {(e["src"], e["dst"]): e["exact"] for e in found["edges"]}
+    rows = [{"edge": f"{s} → {d}", "exact effect": f"{effect[(s, d)]:+.4f}"}
+            for s, d in c["edges"]]
+    def num(x):
+        return "-" if x is None else f"{x:.3f}"
+    methods = [{"method": name, "ROC-AUC": num(m[key].get("auc")),
+                "Spearman": num(m[key].get("spearman")), "seconds": num(m[key]["seconds"])}
+               for key, name in (("eap", "EAP"), ("eap_ig", "EAP-IG"), ("acdc", "ACDC"))
+               if key in m]
+    return (f"<h2>The circuit</h2><p>{c['edges_kept']} of {c['edges_total']} edges keep "
+            f"{escape(faith)} of the {escape(found['metric'])} ({escape(found['ablation'])} "
+            f"ablation, {found['prompts']} held-out prompts; "
+            f"{'minimal' if c['minimal'] else 'not minimal'}). Exact effect: the change of the "
+            f"metric when the edge alone is ablated.</p><div class='cols'>"
+            + _table(rows, ["edge", "exact effect"])
+            + (_table(methods, ["method", "ROC-AUC", "Spearman", "seconds"]) if methods else "")
+            + "</div>")
 
 
 def render(report: Report, folder: Path) -> str:
@@ -115,6 +139,8 @@ def render(report: Report, folder: Path) -> str:
         columns = [c for c in ("step", "measure", "value", "meaning") if
                    any(c in row for row in report.algorithm)]
         parts.append(_table(report.algorithm, columns))
+    if report.circuit:
+        parts.append(circuit_html(report.circuit))
     if report.figures:
         parts.append("<h2>Figures</h2>")
         for path in report.figures:

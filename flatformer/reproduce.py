@@ -93,7 +93,7 @@ def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console
     mp4s = [p for paths in movies.values() for p in paths if p.suffix == ".mp4"]
     rows = [{"step": r["step"], "measure": r["measure"], "value": r["shown"]}
             for r in analysis.get("algorithm") or []]
-    report = Report(run, times, figures, mp4s, rows, explorer)
+    report = Report(run, times, figures, mp4s, rows, explorer, circuit=analysis["edge_circuit"])
     times.append(("report", time.perf_counter() - start))
     path = write_report(report, out_dir / "report.html")
     console.print(f"done in {sum(t for _, t in times):.0f} s: open {path}", markup=False,

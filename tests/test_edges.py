@@ -128,6 +128,10 @@ def test_paper_circuit_is_faithful_minimal_and_the_papers_algorithm(paper):
             ("m0", "logits")} <= kept
     methods = report["methods"]
     assert methods["acdc"]["faithfulness"] >= 0.95
+    from flatformer.report import circuit_html
+    html = circuit_html(report)   # the reproduce report's section
+    assert "a0.0 → m0" in html and f"{circuit['edges_kept']} of 13 edges" in html
+    assert f"{methods['eap']['auc']:.3f}" in html
     assert methods["eap"]["auc"] > 0.5 and methods["eap_ig"]["auc"] > 0.5
 
 
