@@ -6,6 +6,13 @@ import dataclasses
 from dataclasses import dataclass
 
 from .errors import FlatformerError
+from .limits import whole
+
+# Each size's valid range: generous for tiny models, and small enough that a config (typed, or
+# read from a run folder someone handed us) can never ask for more than a machine has.
+LIMITS = {"d_model": (1, 1024), "n_heads": (1, 64), "d_head": (1, 1024), "n_layers": (1, 48),
+          "d_mlp": (0, 16384), "n_ctx": (1, 2048), "d_vocab": (2, 100_000)}
+MAX_PARAMS = 20_000_000
 
 
 @dataclass(frozen=True)
@@ -36,16 +43,12 @@ class ModelConfig:
     ln_final: bool = False  # a LayerNorm between the last block and the unembedding
 
     def __post_init__(self):
-        for name in ("d_model", "n_heads", "d_head", "n_layers", "d_mlp", "n_ctx", "d_vocab"):
-            value = getattr(self, name)
-            least = 0 if name == "d_mlp" else 1   # d_mlp = 0: attention-only blocks
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise FlatformerError(
-                    f"config: {name} must be a whole number >= {least}, got {value!r}")
-        if not isinstance(self.ln_final, bool):
-            raise FlatformerError(f"config: ln_final must be true or false, got {self.ln_final!r}")
-        if self.d_vocab < 2:
-            raise FlatformerError("config: d_vocab must be at least 2")
+        for name, (lo, hi) in LIMITS.items():
+            whole(f"config: {name}", getattr(self, name), lo, hi)
+        for name in ("qkv_bias", "attn_out", "unembed_bias", "ln_final"):
+            if not isinstance(getattr(self, name), bool):
+                raise FlatformerError(f"config: {name} must be true or false, "
+                                      f"got {getattr(self, name)!r}")
         if self.act_fn not in ("relu", "gelu"):
             raise FlatformerError(f"config: act_fn must be relu or gelu, got {self.act_fn!r}")
         if self.normalization not in ("none", "pre_ln"):
@@ -55,8 +58,9 @@ class ModelConfig:
             raise FlatformerError(
                 f"config: without W_O (attn_out=false) n_heads * d_head must equal d_model, "
                 f"got {self.n_heads} * {self.d_head} != {self.d_model}")
-        if self.d_model * self.d_vocab * self.n_layers * max(self.d_mlp, 1) > 10**9:
-            raise FlatformerError("config: this model is far larger than flatformer is made for")
+        if self.n_params > MAX_PARAMS:
+            raise FlatformerError(f"config: {self.n_params:,} parameters; flatformer is made for "
+                                  f"models of at most {MAX_PARAMS:,}")
 
     @property
     def attn_only(self) -> bool:
@@ -106,8 +110,11 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
+        if not isinstance(data, dict):
+            raise FlatformerError(f"config: the model must be an object of fields, "
+                                  f"got {data!r:.60}")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
             raise FlatformerError(f"config: unknown model field(s) {', '.join(unknown)}")
         return cls(**data)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from .errors import FlatformerError
+from .limits import MAX_SEED, MAX_SEEDS, output_folder, whole
 
 MAX_STEPS_VARIABLE = "FLATFORMER_MAX_STEPS"
 
@@ -45,9 +46,11 @@ def parse_seeds(seeds: str | None) -> list[int] | None:
     try:
         first, last = int(lo), int(hi) if sep else int(lo)
     except ValueError:
-        raise FlatformerError(f"--seeds takes a range like 0-63, got {seeds!r}") from None
+        raise FlatformerError(f"--seeds takes a range like 0-63, got {seeds!r:.40}") from None
     if first < 0 or last < first:
         raise FlatformerError(f"--seeds range {seeds!r} is empty or negative")
+    whole("--seeds: the last seed", last, 0, MAX_SEED)
+    whole("--seeds: the number of seeds", last - first + 1, 1, MAX_SEEDS)
     return list(range(first, last + 1))
 
 
@@ -103,18 +106,19 @@ def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets,
     except TypeError as exc:
         raise FlatformerError(f"--set: {exc}") from None
     task.check_config(cfg)
+    whole("--seed", seed, 0, MAX_SEED)
     seed_list = parse_seeds(seeds)
     if out_dir is None:
         stem = Path(corpus).stem if corpus is not None else task.name
         out_dir = Path("runs") / (stem if seed_list else f"{stem}-seed{seed}")
+    output_folder(out_dir, "--out")
     if seed_list:
         dirs = [Path(out_dir) / f"seed_{s}" for s in seed_list]
     else:
         seed_list, dirs = [seed], [Path(out_dir)]
     extra = {"preset": preset_name, "recipe_name": recipe_name, **task.config_extra()}
     data_seed = overrides.get("data_seed", 0)
-    if not isinstance(data_seed, int) or isinstance(data_seed, bool) or data_seed < 0:
-        raise FlatformerError(f"--set: data_seed must be a whole number >= 0, got {data_seed!r}")
+    whole("--set: data_seed", data_seed, 0, MAX_SEED)
     return Job(task, cfg, recipe, seed_list, dirs, data_seed, extra, capped_from), out_dir
 
 

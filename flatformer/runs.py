@@ -17,11 +17,18 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from .config import ModelConfig
+from .config import MAX_PARAMS, ModelConfig
 from .errors import FlatformerError
+from .limits import MAX_SEED, read_text, whole
 from .transformer import Transformer
 
 CHECKPOINT = re.compile(r"^step_(\d{6,})\.safetensors$")
+# Weights and two optimizer moments of the largest model the config allows, with room for the
+# header and counters: a bigger file is refused before it is read.
+MAX_CHECKPOINT_BYTES = 3 * 8 * MAX_PARAMS + 2**20
+MAX_HEADER_BYTES = 2**20
+METRICS = ("train_loss", "val_loss", "rule_error")  # with "step", in every metrics row
+MAX_CONFIG_BYTES = 16_000_000   # a corpus run's config holds its text (at most 2 MB of it)
 
 
 def atomic_write(path: Path, data: bytes):
@@ -46,10 +53,23 @@ def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray],
 
 
 def read_checkpoint(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(weights, optimizer state) from a checkpoint file, with one-line errors for bad files."""
+    """(weights, optimizer state) from a checkpoint file, with one-line errors for bad files.
+    Sizes are checked before anything is read whole: the file against the largest model there
+    can be, the header's length (its first 8 bytes) against the file."""
     path = Path(path)
     if not path.is_file():
         raise FlatformerError(f"checkpoint {path} does not exist")
+    size = path.stat().st_size
+    if size > MAX_CHECKPOINT_BYTES:
+        raise FlatformerError(f"checkpoint {path} is {size:,} bytes, more than the largest model "
+                              f"flatformer makes ({MAX_CHECKPOINT_BYTES:,})")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    header = int.from_bytes(head, "little") if len(head) == 8 else -1
+    if not 0 < header <= min(size - 8, MAX_HEADER_BYTES):
+        raise FlatformerError(f"checkpoint {path} is not a readable safetensors file "
+                              f"(truncated or corrupt?): its header length field says "
+                              f"{header:,} bytes in a {size:,}-byte file")
     try:
         data = st_load(path.read_bytes())
     except (SafetensorError, ValueError, OSError) as exc:
@@ -57,10 +77,19 @@ def read_checkpoint(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.nda
                               f"(truncated or corrupt?): {str(exc).splitlines()[0]}") from None
     weights = {k: v for k, v in data.items() if not k.startswith("optim.")}
     optim = {k[6:]: v for k, v in data.items() if k.startswith("optim.")}
-    for name, t in weights.items():
+    for name, t in data.items():
         if t.dtype != np.float64 or not np.all(np.isfinite(t)):
             raise FlatformerError(f"checkpoint {path}: tensor {name} is not finite float64")
     return weights, optim
+
+
+def check_optim(path: Path, optim: dict[str, np.ndarray], n_params: int):
+    """The optimizer state a resume reads: the moments of every parameter and the counters."""
+    sizes = {"m": n_params, "v": n_params, "t": 1, "candidate": 1, "loss_sum": 1, "loss_n": 1}
+    for key, n in sizes.items():
+        if key not in optim or optim[key].shape != (n,):
+            raise FlatformerError(f"checkpoint {path}: optimizer state {key!r} is missing or "
+                                  f"not {n} numbers: it cannot be resumed from")
 
 
 @dataclass
@@ -115,15 +144,22 @@ class Run:
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
+    """The rows of metrics.jsonl up to the first that is not a row (a line cut short by a
+    kill, or anything else): everything before it stands."""
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
+    if not path.is_file():
         return []
     rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line cut short by a kill: everything before it stands
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                break
+            if not (isinstance(row, dict) and type(row.get("step")) is int
+                    and all(isinstance(row.get(k), (int, float)) for k in METRICS)):
+                break
+            rows.append(row)
     return rows
 
 
@@ -135,11 +171,23 @@ def load_run(path) -> Run:
         seeds = sorted(path.glob("seed_*/config.json")) if path.is_dir() else []
         hint = f" (it holds seed runs: try {seeds[0].parent})" if seeds else ""
         raise FlatformerError(f"{path} is not a flatformer run: no config.json{hint}")
+    text = read_text(config_file, "run config", MAX_CONFIG_BYTES)
     try:
-        config = json.loads(config_file.read_text())
-        cfg = ModelConfig.from_dict(config["model"])
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        config = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise FlatformerError(f"{config_file} is not a valid run config: {exc}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("task"), str):
+        raise FlatformerError(f"{config_file} is not a valid run config: it names no task")
+    try:
+        cfg = ModelConfig.from_dict(config.get("model"))
+    except FlatformerError as exc:
+        raise FlatformerError(f"{config_file}: {exc}") from None
+    vocab = config.get("vocab")
+    if (not isinstance(vocab, list) or len(vocab) != cfg.d_vocab
+            or not all(isinstance(w, str) for w in vocab) or len(set(vocab)) != len(vocab)):
+        raise FlatformerError(f"{config_file}: vocab must be {cfg.d_vocab} distinct strings "
+                              f"(the model's d_vocab)")
+    whole(f"{config_file}: data_seed", config.get("data_seed", 0), 0, MAX_SEED)
     return Run(path, config, cfg)
 
 

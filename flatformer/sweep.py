@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import FlatformerError
+from .limits import processes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -87,9 +88,8 @@ def expand(sweep: dict, out_dir) -> list[dict]:
     from .tasks import get_task
     try:
         seeds = parse_seeds(str(sweep["seeds"]))
-    except FlatformerError:
-        raise FlatformerError(f'seeds must be a range like "0-63", '
-                              f'got {sweep["seeds"]!r}') from None
+    except FlatformerError as exc:
+        raise FlatformerError(f'seeds must be a range like "0-63" ({exc})') from None
     common = _overrides(sweep.get("set", {}), "set")
     groups = sweep.get("sets", [{}])
     if not isinstance(groups, list) or not groups:
@@ -331,8 +331,7 @@ def run_sweep(path, out_dir, workers: int | None = None, ray: str | None = None,
     """
     from .runs import atomic_write
     workers = (os.cpu_count() or 1) if workers is None else workers
-    if workers < 1:
-        raise FlatformerError(f"--workers must be >= 1, got {workers}")
+    processes("--workers", workers)
     if ray and ray != "auto":
         _split_address(ray)
     jobs = expand(load_sweep(path), out_dir)

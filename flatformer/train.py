@@ -16,10 +16,12 @@ from .config import ModelConfig
 from .data import TaskData
 from .evaluate import evaluate
 from .errors import FlatformerError
+from .limits import MAX_STEPS, number, whole
 from . import kernels
 from .model import Params, backward, cross_entropy, forward, init_params, keep_freed_memory
 from .optim import AdamW
-from .runs import atomic_write, checkpoint_path, read_checkpoint, read_metrics, save_checkpoint
+from .runs import (atomic_write, check_optim, checkpoint_path, read_checkpoint, read_metrics,
+                   save_checkpoint)
 from .tasks.base import Task
 
 CHUNK = 1000  # batches are drawn per seed in chunks of this many steps, keyed by (seed, chunk)
@@ -45,37 +47,22 @@ class Recipe:
     checkpoint_every: int = 100
 
     def __post_init__(self):
-        whole = ("steps", "batch_size", "candidates", "select_step", "eval_every",
-                 "checkpoint_every")
-        for name in whole:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise FlatformerError(f"recipe: {name} must be a whole number, got {value!r}")
-        for name in ("lr", "min_lr_ratio", "eps", "weight_decay", "embed_init_scale"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise FlatformerError(f"recipe: {name} must be a number, got {value!r}")
-        if (not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2
-                or not all(isinstance(b, (int, float)) for b in self.betas)):
+        for name, hi in (("steps", MAX_STEPS), ("batch_size", 4096), ("candidates", 64),
+                         ("eval_every", MAX_STEPS), ("checkpoint_every", MAX_STEPS)):
+            whole(f"recipe: {name}", getattr(self, name), 1, hi)
+        whole("recipe: select_step", self.select_step, 0, MAX_STEPS)
+        for name, lo, hi in (("lr", 1e-9, 1e6), ("min_lr_ratio", 0, 1), ("eps", 1e-30, 1),
+                             ("weight_decay", 0, 10), ("embed_init_scale", 1e-6, 100)):
+            number(f"recipe: {name}", getattr(self, name), lo, hi)
+        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
             raise FlatformerError(f"recipe: betas must be two numbers, got {self.betas!r}")
+        for b in self.betas:
+            number("recipe: each of betas", b, 0, 0.999999)
         if self.schedule not in ("constant", "cosine"):
             raise FlatformerError("recipe: schedule must be constant or cosine")
         checks = [
-            (self.steps >= 1, "steps must be >= 1"),
-            (self.batch_size >= 1, "batch_size must be >= 1"),
-            (self.lr > 0 and math.isfinite(self.lr), "lr must be a positive number"),
-            (self.schedule in ("constant", "cosine"), "schedule must be constant or cosine"),
-            (0 <= self.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]"),
-            (all(0 <= b < 1 for b in self.betas) and len(self.betas) == 2,
-             "betas must be two numbers in [0, 1)"),
-            (self.eps > 0, "eps must be > 0"),
-            (self.weight_decay >= 0, "weight_decay must be >= 0"),
-            (self.embed_init_scale > 0, "embed_init_scale must be > 0"),
-            (self.candidates >= 1, "candidates must be >= 1"),
             (self.candidates == 1 or 0 < self.select_step <= self.steps,
              "select_step must be in 1..steps when candidates > 1"),
-            (self.eval_every >= 1 and self.checkpoint_every >= 1,
-             "eval_every and checkpoint_every must be >= 1"),
             (self.candidates == 1 or self.select_step % self.checkpoint_every == 0,
              "select_step must be a multiple of checkpoint_every"),
         ]
@@ -97,6 +84,8 @@ class Recipe:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Recipe":
+        if not isinstance(data, dict):
+            raise FlatformerError(f"recipe: must be an object of fields, got {data!r:.60}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -457,7 +446,11 @@ def prepare_dirs(job: Job, resume: bool) -> int | None:
     for step in sorted(common or (), reverse=True):
         try:
             for out in job.out_dirs:
-                read_checkpoint(checkpoint_path(out, step))
+                path = checkpoint_path(out, step)
+                optim = read_checkpoint(path)[1]
+                check_optim(path, optim, job.cfg.n_params)
+                if not 0 <= optim["candidate"][0] < job.recipe.candidates:
+                    raise FlatformerError(f"checkpoint {path} names an unknown candidate")
             return step
         except FlatformerError:
             continue

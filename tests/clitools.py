@@ -18,3 +18,26 @@ def assert_one_line_error(result, *words):
     assert lines[0].startswith("flatformer: error: "), lines[0]
     for word in words:
         assert word in lines[0]
+
+
+def cli_here(*args):
+    """The command run inside this process: the same main() and output as `cli`, without the
+    interpreter start, for the many quick refusals. An unexpected exception propagates."""
+    import contextlib
+    import io
+
+    import numpy as np
+
+    from flatformer.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    argv = list(map(str, args))
+    saved = np.geterr()  # main() quiets NumPy's warnings for the process it runs in
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            np.seterr(**saved)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())

@@ -73,7 +73,7 @@ def test_bad_options_get_one_line(tmp_path):
     (tmp_path / "s.toml").write_text(GOOD)
     assert_one_line_error(cli("sweep", tmp_path / "missing.toml"), "does not exist")
     base = ["sweep", tmp_path / "s.toml", "--out", tmp_path / "out"]
-    assert_one_line_error(cli(*base, "--workers", "0"), "--workers must be >= 1")
+    assert_one_line_error(cli(*base, "--workers", "0"), "--workers must be a whole number in 1..")
     assert_one_line_error(cli(*base, "--ray", "nohost"), "HOST:PORT")
     assert_one_line_error(cli(*base, "--ray", "127.0.0.1:1"), "cannot reach a Ray head")
     assert not list((tmp_path / "out").glob("*/seed_*"))  # nothing was trained

@@ -3,14 +3,13 @@ and what `flatformer reproduce` can save."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from ..data import TaskData
 from ..edges.methods import build_problem, find_circuits
 from ..errors import FlatformerError
 from ..evaluate import evaluate
+from ..limits import read_text
 from ..model import Params
 from ..readout import by_length, knob_kls, standard_knobs
 from .algorithm import run_checks
@@ -18,6 +17,7 @@ from .circuits import circuit_table
 from .lens import contributions, lens_note, lens_summary
 
 MAX_PROMPTS = 200
+MAX_PROMPTS_BYTES = 1_000_000  # a prompts file is read whole
 MAX_REFERENCE = 512
 
 
@@ -40,11 +40,9 @@ def read_prompts(path, task, n_ctx: int) -> tuple[list[np.ndarray], int]:
     """Prompts from a file, one per line (space-separated tokens; blank lines and lines starting
     with # are skipped). A prompt longer than the context is read through its last n_ctx tokens,
     as the model would see it while generating. Returns (prompts, how many were cut)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FlatformerError(f"prompts file {path} does not exist")
     prompts, cut = [], 0
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    text = read_text(path, "prompts file", MAX_PROMPTS_BYTES)
+    for number, line in enumerate(text.splitlines(), 1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ..cli import app, console, out, progress_display
 from ..errors import FlatformerError
+from ..limits import processes
 
 MAX_FPS = 50  # browsers play GIF delays under 20 ms at 100 ms, so faster GIFs would be slower
 
@@ -22,14 +23,13 @@ def write_movies(run_dir: Path, movies: str | None = None, formats: str | None =
                  out_dir: Path | None = None) -> dict[str, list[Path]]:
     """Render the movies of the run in `run_dir` to `out_dir` (default RUN/movies), with a
     progress bar on the console; returns {movie: [paths]}. Also used by `flatformer reproduce`."""
+    if not 1 <= fps <= MAX_FPS:
+        raise FlatformerError(f"--fps must be between 1 and {MAX_FPS}, got {fps}")
+    processes("--workers", workers)
     from .. import movies as mv
     from ..runs import load_run
     names = mv.movie_names(movies)
     chosen = mv.formats(formats)
-    if not 1 <= fps <= MAX_FPS:
-        raise FlatformerError(f"--fps must be between 1 and {MAX_FPS}, got {fps}")
-    if workers < 1:
-        raise FlatformerError(f"--workers must be at least 1, got {workers}")
     run = load_run(run_dir)
     with console.status("loading checkpoints and computing every frame"):
         ck = mv.load_checkpoints(run)

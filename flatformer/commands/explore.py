@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from .. import limits
 from ..cli import app, out
 from ..errors import FlatformerError
 
@@ -59,12 +60,12 @@ def explore(
     from ..explorer.page import page_html
     from ..runs import atomic_write, load_run
 
+    if serve:
+        limits.port(port)
     loaded = load_run(run)
+    target = limits.output_file(out_file or Path(run) / "explorer.html", "--out")
     data = export_run(loaded, step, checkpoints)
     page = page_html(data).encode("utf-8")
-    target = Path(out_file) if out_file else Path(run) / "explorer.html"
-    if not target.parent.is_dir():
-        raise FlatformerError(f"folder {target.parent} does not exist")
     atomic_write(target, page)
     out.print(f"{target}: step {data['step']}, {len(data['steps'])} checkpoints, "
               f"{len(page) / 1e6:.1f} MB (works offline: open it in a browser)")

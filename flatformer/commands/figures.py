@@ -11,6 +11,7 @@ import typer
 
 from ..cli import app, console, out, progress_display
 from ..errors import FlatformerError
+from ..limits import processes
 
 FORMATS = ("png", "pdf", "svg")
 # Fixed metadata keeps vector files byte-identical between runs (no creation dates).
@@ -136,8 +137,7 @@ def figures(
 ):
     """Draw the paper's figures (fig02 to fig15 and the supplementary ones) for a checkpoint."""
     formats = parse_formats(fmt)
-    if jobs < 1:
-        raise FlatformerError(f"--jobs must be >= 1, got {jobs}")
+    processes("--jobs", jobs)
     started = time.perf_counter()
     ctx, folder, written, skipped = draw_suite(run, step, sequence, formats, out_dir,
                                                   only, jobs)

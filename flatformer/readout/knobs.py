@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FlatformerError
+from ..limits import number
 from ..transformer import Transformer
 from .batches import next_token_logits
 from .probs import knob_kl
@@ -112,8 +113,7 @@ def switches(cfg, heads_off=(), mlps_off=(), positions: bool = True,
     if not positions:
         hooks.append(positions_off())
     if beta is not None:
-        if not np.isfinite(beta):
-            raise FlatformerError(f"beta must be a finite number, got {beta}")
+        number("beta", beta, -1000, 1000)
         hooks.append(scale_scores(beta, n_layers=cfg.n_layers))
     return combine(*hooks)
 

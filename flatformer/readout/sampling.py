@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FlatformerError
+from ..limits import MAX_TOKENS, whole
 from ..transformer import Transformer
 from .knobs import Hooks
 from .probs import entropy as _entropy
@@ -85,8 +86,7 @@ def generate(model: Transformer, tokens, n: int, temperature: float = 1.0,
     """`n` new tokens after `tokens`. The model reads at most its context (n_ctx) tokens, so a
     longer prompt, and the growing sequence, are read through a window over the last n_ctx."""
     check_settings(temperature, top_k, top_p)
-    if n < 0:
-        raise FlatformerError(f"-n must be >= 0, got {n}")
+    whole("-n", n, 0, MAX_TOKENS)
     seq = [int(t) for t in np.asarray(tokens).reshape(-1)]
     if not seq:
         raise FlatformerError("the prompt is empty")
