@@ -6,6 +6,7 @@ half-written file behind. Checkpoints are safetensors: loading one never execute
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,11 +32,25 @@ METRICS = ("train_loss", "val_loss", "rule_error")  # with "step", in every metr
 MAX_CONFIG_BYTES = 16_000_000   # a corpus run's config holds its text (at most 2 MB of it)
 
 
+class WriteFailed(FlatformerError):
+    pass
+
+
 def atomic_write(path: Path, data: bytes):
+    """Write a temporary file, then rename it over `path`: a kill or a failed write (a full
+    disk) leaves the previous version whole. Not fsync'ed: that survives any crash of the
+    process, not a power cut, and costs about 5 ms a file here (1.5 s for a default run)."""
+    path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise WriteFailed(f"could not write {path} ({exc.strerror or exc}); the version "
+                          f"before it is intact") from None
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:

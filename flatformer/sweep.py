@@ -34,6 +34,7 @@ from typing import Callable
 
 from .errors import FlatformerError
 from .limits import processes
+from .lock import hold
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -298,7 +299,9 @@ def _ray_session(address: str, workers: int):
 def _run_ray(jobs: list[dict]):
     """(job, result) pairs as Ray tasks finish, on the connected Ray."""
     import ray
-    task = ray.remote(num_cpus=1)(run_job)
+    # A worker that dies mid-job (killed, its node lost) is retried: the retry resumes from the
+    # job's checkpoints, and the dead worker's run-folder locks went with it.
+    task = ray.remote(num_cpus=1, max_retries=3)(run_job)
     pending = {task.remote(job): job for job in jobs}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
@@ -306,19 +309,24 @@ def _run_ray(jobs: list[dict]):
             yield pending.pop(ref), ray.get(ref)
 
 
-def _lock(out_dir: Path):
-    """An exclusive lock on the sweep folder, released by the OS when the driver dies."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no lock, the rest works
-        return None
-    handle = open(out_dir / ".lock", "w")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
-        raise FlatformerError(f"another sweep is running in {out_dir}") from None
-    return handle
+def check_sweep_fits(jobs: list[dict], out_dir: Path, workers: int, local: bool):
+    """Refuse before anything runs a sweep whose jobs do not fit: each job in its share of this
+    machine's memory (when the jobs run here), and all of them on the sweep folder's disk."""
+    from .resources import available_memory, check_fits, estimate, free_disk, gb
+    built = [_build(job)[0] for job in jobs]
+    memory = available_memory()
+    share = None if memory is None or not local else memory // max(1, min(workers, len(jobs)))
+    for job, b in zip(jobs, built):
+        try:
+            check_fits(b, memory=share if local else 2**62, disk=2**62)
+        except FlatformerError as exc:
+            raise FlatformerError(f"job {job['name']}, one of {min(workers, len(jobs))} at a "
+                                  f"time: {exc}") from None
+    need, free = sum(estimate(b).disk for b in built), free_disk(out_dir)
+    if need > free:
+        raise FlatformerError(f"the sweep's {len(jobs)} unfinished jobs write about {gb(need)} "
+                              f"but {gb(free)} is free under {out_dir}; raise checkpoint_every "
+                              f"in the sweep file's [set] or run fewer seeds")
 
 
 def run_sweep(path, out_dir, workers: int | None = None, ray: str | None = None,
@@ -337,11 +345,11 @@ def run_sweep(path, out_dir, workers: int | None = None, ray: str | None = None,
     jobs = expand(load_sweep(path), out_dir)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    lock = _lock(out_dir)
-    try:
+    with hold(out_dir, "a sweep"):
         atomic_write(out_dir / "sweep.json", (json.dumps(jobs, indent=1) + "\n").encode())
         results = {job["name"]: done for job in jobs if (done := finished(job))}
         todo = [job for job in jobs if job["name"] not in results]
+        check_sweep_fits(todo, out_dir, workers, local=ray is None or ray == "auto")
         failed = []
         # Connect first: a wrong address fails before anything is reported.
         with _ray_session(ray, workers) if ray and todo else contextlib.nullcontext():
@@ -362,9 +370,6 @@ def run_sweep(path, out_dir, workers: int | None = None, ray: str | None = None,
                                                                    ["seconds"], 3))
                 for job in jobs if job["name"] in results for r in results[job["name"]]["rows"]]
         atomic_write(out_dir / "results.csv", results_csv(rows).encode())
-    finally:
-        if lock:
-            lock.close()
     return rows, failed
 
 

@@ -18,10 +18,12 @@ from .evaluate import evaluate
 from .errors import FlatformerError
 from .limits import MAX_STEPS, number, whole
 from . import kernels
+from .lock import hold_all
 from .model import Params, backward, cross_entropy, forward, init_params, keep_freed_memory
 from .optim import AdamW
-from .runs import (atomic_write, check_optim, checkpoint_path, read_checkpoint, read_metrics,
-                   save_checkpoint)
+from .resources import check_fits
+from .runs import (WriteFailed, atomic_write, check_optim, checkpoint_path, read_checkpoint,
+                   read_metrics, save_checkpoint)
 from .tasks.base import Task
 
 CHUNK = 1000  # batches are drawn per seed in chunks of this many steps, keyed by (seed, chunk)
@@ -475,7 +477,17 @@ def try_candidates(job: Job, data: TaskData, progress: Callable | None) -> Train
 
 
 def train(job: Job, resume: bool = False, progress: Callable | None = None) -> Trainer:
-    """Train the job's seeds together; writes each seed's run folder. Returns the trainer."""
+    """Train the job's seeds together; writes each seed's run folder, holding each folder's
+    lock throughout (one writer per run). Returns the trainer."""
+    check_fits(job)
+    with hold_all(job.out_dirs, "training"):
+        try:
+            return _train(job, resume, progress)
+        except WriteFailed as exc:
+            raise WriteFailed(f"{exc}: free some space, then continue with --resume") from None
+
+
+def _train(job: Job, resume: bool, progress: Callable | None) -> Trainer:
     data = TaskData.build(job.task, job.cfg.n_ctx, job.data_seed)
     if len(data.train_starts) == 0:
         raise FlatformerError(f"task {job.task.name} has no sequence longer than the context "

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -223,3 +224,30 @@ def test_a_node_that_cannot_see_the_sweep_folder_refuses_the_job(sweep_file, tmp
     result = run_job(job)
     assert "not visible on this node" in result["error"]
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_ray_worker_killed_mid_job_is_retried_to_the_same_rows(local_ray, local_sweep,
+                                                                  sweep_file, tmp_path):
+    from flatformer.lock import holder
+    out, outcome = tmp_path / "ray-killed", {}
+    driver = threading.Thread(target=lambda: outcome.update(result=sweep(
+        sweep_file, out, ray="auto")))
+    driver.start()
+    deadline, killed = time.monotonic() + 120, None
+    while killed is None:
+        assert driver.is_alive() and time.monotonic() < deadline, "no job was caught mid-run"
+        for job in out.glob("*/seed_0"):
+            # Mid-job: its first checkpoint after step 0 is written, its last is not.
+            pid = holder(job)
+            if (pid and (job / "checkpoints/step_000100.safetensors").exists()
+                    and not (job.parent / "seed_15/checkpoints/step_000300.safetensors").exists()):
+                os.kill(pid, signal.SIGKILL)  # the Ray worker training this job
+                killed = job.parent.name
+                break
+        time.sleep(0.002)
+    driver.join(timeout=180)
+    rows, statuses = outcome["result"]
+    assert statuses == {name: "trained" for name in JOBS}
+    assert holder(out / killed / "seed_0") != pid  # another worker finished the job
+    _, local_rows = local_sweep
+    assert without_time(rows) == without_time(local_rows)

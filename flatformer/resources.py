@@ -1,0 +1,135 @@
+"""What a training job will need, estimated before it starts, and a refusal when the machine
+does not have it: peak memory (members x parameters x (weights, gradients, two AdamW moments,
+the snapshots kept while candidates are tried) + the activations of a step and of evaluation)
+and disk (checkpoints x their size + metrics). The estimates are upper-bound-minded, not exact:
+their job is to turn "starts, then hangs or dies" into one line that says what would fit.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import FlatformerError
+
+BASE_MEMORY = 200 * 2**20   # the interpreter, NumPy and the task's data
+GROUP_MEMBERS = 64          # train.MAX_MEMBERS: candidates are tried this many members at a time
+VAL_WINDOWS = 400           # data.VAL_WINDOWS, evaluated whole
+EVAL_PIECE = 16 * 64        # evaluate.GROUP seeds x evaluate.CHUNK windows per forward pass
+
+
+@dataclass
+class Needs:
+    memory: int        # bytes, peak
+    disk: int          # bytes still to be written
+    checkpoints: int   # checkpoint files still to be written, all seeds together
+    checkpoint_bytes: int
+    metrics: int       # bytes of metrics.jsonl, all seeds together
+
+
+def gb(n: float) -> str:
+    if n >= 1e8:
+        return f"{n / 1e9:,.1f} GB"
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
+def per_token_floats(cfg) -> int:
+    """Floats a forward pass keeps per token for the backward pass (an upper bound)."""
+    d, h, dh, t = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_ctx
+    return cfg.n_layers * (6 * d + 4 * h * dh + 3 * h * t + 2 * cfg.d_mlp) + 3 * cfg.d_vocab + 2 * d
+
+
+def memory_needed(cfg, recipe, n_seeds: int) -> int:
+    P, C, B, T = cfg.n_params, recipe.candidates, recipe.batch_size, cfg.n_ctx
+    per_group = max(1, GROUP_MEMBERS // C) if C > 1 else n_seeds
+    members = max(n_seeds, min(n_seeds, per_group) * C)
+    snapshots = 0
+    if C > 1:  # while selecting, every checkpoint and evaluation keeps a copy of the state
+        snapshots = recipe.select_step // recipe.checkpoint_every + \
+            recipe.select_step // recipe.eval_every + 1
+    state = members * P * 8 * (4 + 3 * snapshots)
+    step = members * B * T * per_token_floats(cfg) * 8 * 2     # forward cache and gradients
+    batches = 1000 * members * B * 8                            # batch indices, CHUNK steps
+    evaluation = (EVAL_PIECE * T * per_token_floats(cfg)
+                  + members * VAL_WINDOWS * T * cfg.d_vocab) * 8
+    return BASE_MEMORY + state + step + batches + evaluation
+
+
+def checkpoint_size(cfg) -> int:
+    """Weights and both AdamW moments in float64, and the safetensors header."""
+    return 3 * cfg.n_params * 8 + 120 * (len(cfg.param_shapes()) + 8) + 64
+
+
+def is_checkpoint_step(recipe, step: int) -> bool:
+    return 0 <= step <= recipe.steps and (step % recipe.checkpoint_every == 0
+                                          or step == recipe.steps)
+
+
+def estimate(job) -> Needs:
+    """The job's peak memory and the disk its checkpoints and metrics still need (checkpoints
+    already on disk, from a run being resumed, are not counted again)."""
+    size, r = checkpoint_size(job.cfg), job.recipe
+    per_seed = r.steps // r.checkpoint_every + 1 + (r.steps % r.checkpoint_every > 0)
+    count = 0
+    for out in job.out_dirs:
+        folder = Path(out) / "checkpoints"  # glob of a missing folder finds nothing
+        names = [p.name[5:-12] for p in folder.glob("step_*.safetensors")]
+        count += per_seed - sum(is_checkpoint_step(r, int(n)) for n in names if n.isdigit())
+    metrics = (job.recipe.steps // job.recipe.eval_every + 2) * 200 * len(job.out_dirs)
+    return Needs(memory_needed(job.cfg, job.recipe, len(job.seeds)), count * size + metrics,
+                 count, size, metrics)
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says a new process can use without swapping (MemAvailable)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def free_disk(path) -> int:
+    """Free bytes on the filesystem that holds `path` (or would, once it is created)."""
+    path = Path(path).absolute()
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def check_fits(job, memory: int | None = None, disk: int | None = None):
+    """Refuse, in one line with both numbers and what would fit, a job larger than the machine's
+    available memory or the free disk under its folders. `memory`/`disk` override what the
+    machine reports (for tests)."""
+    needs = estimate(job)
+    memory = available_memory() if memory is None else memory
+    if memory is not None and needs.memory > memory:
+        seeds = len(job.seeds)
+        fit = max((n for n in range(1, seeds) if memory_needed(job.cfg, job.recipe, n) <= memory),
+                  default=0)
+        first = job.seeds[0]
+        hint = (f"at most {fit} seeds fit (--seeds {first}-{first + fit - 1})" if fit else
+                "not even one seed fits: choose a smaller model, batch_size or number of "
+                "candidates")
+        if fit and job.recipe.candidates > 1:
+            hint += " or fewer candidates (--set candidates=...)"
+        raise FlatformerError(
+            f"this job needs about {gb(needs.memory)} of memory ({seeds} seeds x "
+            f"{job.recipe.candidates} candidates x {job.cfg.n_params:,} parameters, with AdamW "
+            f"state and activations) but this machine has {gb(memory)} available; {hint}")
+    disk = free_disk(job.out_dirs[0]) if disk is None else disk
+    if needs.disk > disk:
+        per_seed = max(1, needs.checkpoints // len(job.out_dirs))
+        # Checkpoints per seed that fit; every interval also writes step 0 and the last step.
+        fit = (disk - needs.metrics) // (needs.checkpoint_bytes * len(job.out_dirs))
+        hint = (f"--set checkpoint_every={math.ceil(job.recipe.steps / (fit - 2))} would fit"
+                if fit >= 3 else "not even three checkpoints per seed fit: free some space")
+        raise FlatformerError(
+            f"this job writes about {gb(needs.disk)} ({per_seed:,} checkpoints x "
+            f"{len(job.out_dirs)} seeds x {gb(needs.checkpoint_bytes)}) but {gb(disk)} is free "
+            f"under {job.out_dirs[0]}; {hint}")
