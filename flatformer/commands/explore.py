@@ -13,27 +13,43 @@ from ..cli import app, out
 from ..errors import FlatformerError
 
 
+MAX_PATH = 2048  # bytes of a request's path; the standard library caps each header line too
+
+
 def make_server(page: bytes, port: int) -> http.server.ThreadingHTTPServer:
-    """An HTTP server on 127.0.0.1 only (never other machines) that serves the one page."""
+    """An HTTP server on 127.0.0.1 only (never other machines) that serves the one page: GET
+    only, no request body, a short path, and a few seconds per connection, so neither a
+    malformed request nor a slow one can hold it up."""
 
     class Page(http.server.BaseHTTPRequestHandler):
+        timeout = 5  # seconds a connection may stay silent
+
         def do_GET(self):
-            self.reply(True)
-
-        def do_HEAD(self):
-            self.reply(False)
-
-        def reply(self, body: bool):
-            if self.path.split("?")[0] not in ("/", "/explorer.html", "/index.html"):
+            if len(self.path) > MAX_PATH:
+                self.send_error(414, f"the path is longer than {MAX_PATH} bytes")
+            elif (self.headers.get("Content-Length", "0") != "0"
+                  or "Transfer-Encoding" in self.headers):
+                self.send_error(413, "a GET for the page carries no body")
+            elif self.path.split("?")[0] not in ("/", "/explorer.html", "/index.html"):
                 self.send_error(404, "only the explorer page is served here")
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(page)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            if body:
+            else:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(page)))
+                self.send_header("Cache-Control", "no-store")
+                self.send_header("X-Content-Type-Options", "nosniff")
+                self.end_headers()
                 self.wfile.write(page)
+
+        def refuse(self):
+            self.send_response(405, "only GET is answered here")
+            self.send_header("Allow", "GET")
+            self.send_header("Content-Length", "0")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
+        do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = refuse
 
         def log_message(self, *args):  # quiet: the command prints the address once
             pass

@@ -74,6 +74,7 @@
   }
 
   // Parse a hash into a full state; anything invalid falls back to the default, with a note.
+  const clip = (text) => (text.length > 40 ? text.slice(0, 40) + "…" : text);
   function fromHash(hash) {
     const s = {...DEFAULT}, problems = [];
     const params = new URLSearchParams(hash.replace(/^#/, ""));
@@ -81,7 +82,7 @@
       if (!params.has(key)) return;
       const v = Number(params.get(key));
       if (params.get(key) !== "" && Number.isFinite(v) && ok(v)) s[key] = v;
-      else problems.push(`${key}=${params.get(key)}`);
+      else problems.push(`${key}=${clip(params.get(key))}`);
     };
     if (params.has("seq")) {
       const t = params.get("seq").split(".").map(Number);
@@ -903,13 +904,17 @@
     ready: false, renders: 0, lastRender: 0, failed: null,
   };
 
+  // A link's settings the page cannot use are named (a link may come from anyone).
+  const noteProblems = (problems) => panels[1].say(
+    problems.length ? `Ignored invalid link settings: ${problems.join(", ")}` : "", problems.length > 0);
   const parsed = fromHash(location.hash || "");
   state = parsed.state;
-  if (parsed.problems.length) panels[1].say(`Ignored invalid link settings: ${parsed.problems.join(", ")}`);
+  if (parsed.problems.length) noteProblems(parsed.problems);
   window.addEventListener("hashchange", () => {
     if (location.hash === toHash(state)) return;
     const next = fromHash(location.hash);
     state = next.state;
+    noteProblems(next.problems);
     render();
   });
   window.explorer.selfCheck = selfCheck();
