@@ -77,7 +77,7 @@ def configs():
             "model": {"d_model": 2, "n_heads": 1, "d_head": 2, "n_layers": 1, "d_mlp": 32,
                       "n_ctx": 8, "d_vocab": 12}}
     spoiled = st.tuples(st.sampled_from(["task", "seed", "vocab", "model", "data_seed",
-                                         "corpus"]), json_values).map(
+                                         "corpus", "task_settings"]), json_values).map(
         lambda kv: {**good, kv[0]: kv[1]})
     model_spoiled = st.tuples(st.sampled_from(list(good["model"]) + ["act_fn", "qkv_bias", "x"]),
                               json_values).map(

@@ -29,7 +29,10 @@ def get_task(name: str, settings: dict | None = None) -> Task:
         raise FlatformerError(f"unknown task {name!r}; choose one of {', '.join(sorted(TASKS))} "
                               f"(flatformer tasks lists them)")
     cls = TASKS[name]
-    unknown = sorted(set(settings or {}) - set(cls.settings))
+    if settings is not None and not isinstance(settings, dict):
+        raise FlatformerError(f"task settings must be an object of name: value, "
+                              f"got {settings!r:.40}")
+    unknown = sorted(map(str, set(settings or {}) - set(cls.settings)))
     if unknown:
         raise FlatformerError(f"task {name} has no setting {unknown[0]!r}")
     return cls(**(settings or {}))
