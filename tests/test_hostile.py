@@ -19,7 +19,7 @@ WIDE = ["--preset", "simulator-16d"] + [x for kv in ("d_model=512", "d_mlp=2048"
                                         for x in ("--set", kv)]
 TOML = 'tasks = ["plus-last-even"]\nrecipes = ["paper"]\nseeds = "{seeds}"\n[set]\nsteps = 100\n'
 
-# (arguments, words the one line must contain). Files named here are made by `place`.
+# (arguments, words the one line must contain). Files named here are made by `files`.
 CASES = [
     # numbers out of range, NaN and infinities, for training
     (["train", "plus-last-even", "--steps", "-5"], ["steps", "1..10,000,000"]),
@@ -128,18 +128,32 @@ def absurd_shape(data: bytes) -> bytes:
     return len(text).to_bytes(8, "little") + text + data[8 + n:]
 
 
+def copy_run(paper_run, folder):
+    """The run's config, metrics and last checkpoint: all that `eval` and the refusals read."""
+    (folder / "checkpoints").mkdir(parents=True)
+    for name in ("config.json", "metrics.jsonl", "checkpoints/step_020000.safetensors"):
+        shutil.copyfile(paper_run / name, folder / name)
+
+
+@pytest.fixture(scope="module")
+def files(paper_run, tmp_path_factory):
+    """A scratch folder with the files the cases name (none of the cases writes to them)."""
+    folder = tmp_path_factory.mktemp("hostile")
+    copy_run(paper_run, folder / RUN)
+    (folder / "afile.txt").write_text("a file\n")
+    (folder / "latin1.txt").write_bytes("caf\xe9 cr\xe8me ".encode("latin-1") * 50)
+    (folder / "binary.txt").write_bytes(b"text\x00\x01\x02" * 50)
+    (folder / "adir").mkdir()
+    (folder / "huge.toml").write_text(TOML.format(seeds="0-99999999"))
+    (folder / "ok.toml").write_text(TOML.format(seeds="0-1"))
+    return folder
+
+
 @pytest.fixture
-def place(paper_run, tmp_path, monkeypatch):
-    """A scratch folder as the working directory, with the files the cases name."""
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(paper_run, tmp_path / RUN)
-    (tmp_path / "afile.txt").write_text("a file\n")
-    (tmp_path / "latin1.txt").write_bytes("caf\xe9 cr\xe8me ".encode("latin-1") * 50)
-    (tmp_path / "binary.txt").write_bytes(b"text\x00\x01\x02" * 50)
-    (tmp_path / "adir").mkdir()
-    (tmp_path / "huge.toml").write_text(TOML.format(seeds="0-99999999"))
-    (tmp_path / "ok.toml").write_text(TOML.format(seeds="0-1"))
-    return tmp_path
+def place(files, monkeypatch):
+    """The scratch folder as the working directory."""
+    monkeypatch.chdir(files)
+    return files
 
 
 def refused_quickly(args, words):
@@ -163,15 +177,19 @@ def test_hostile_options_get_one_line(place, args, words):
 
 @pytest.mark.parametrize("name, spoil, words", SPOILED, ids=[f"{n}-{i}" for i, (n, _, _)
                                                              in enumerate(SPOILED)])
-def test_a_spoiled_run_folder_gets_one_line(place, name, spoil, words):
-    path = place / RUN / name
+def test_a_spoiled_run_folder_gets_one_line(paper_run, tmp_path, monkeypatch, name, spoil,
+                                            words):
+    monkeypatch.chdir(tmp_path)
+    copy_run(paper_run, tmp_path / RUN)
+    path = tmp_path / RUN / name
     path.write_bytes(spoil(path.read_bytes()) if callable(spoil) else spoil)
     refused_quickly(["eval", RUN], words)
 
 
-def test_a_spoiled_metrics_file_keeps_the_rows_before_the_damage(place):
+def test_a_spoiled_metrics_file_keeps_the_rows_before_the_damage(paper_run, tmp_path):
     from flatformer.runs import read_metrics
-    path = place / RUN / "metrics.jsonl"
+    copy_run(paper_run, tmp_path / RUN)
+    place, path = tmp_path, tmp_path / RUN / "metrics.jsonl"
     rows = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(rows[:3]) + b'{"step": "x"}\n\xff\xfe\n' + b"".join(rows[3:]))
     assert read_metrics(place / RUN) == [json.loads(r) for r in rows[:3]]
