@@ -53,6 +53,20 @@ def test_unablated_graph_is_the_engine(cfg):
     np.testing.assert_allclose(logits[0], model(tokens), atol=1e-12, rtol=0)
 
 
+def test_reading_the_logits_at_positions_is_the_full_run_there(cfg):
+    _, graph, tokens, refs, rng = random_case(cfg)
+    rows, index = np.arange(len(tokens)), rng.integers(0, cfg.n_ctx, len(tokens))
+    masks = rng.uniform(0, 1, (3, graph.n_edges))
+    full, full_trace = graph.forward(tokens, refs, masks)
+    there, trace = graph.forward(tokens, refs, masks, (rows, index))
+    np.testing.assert_allclose(there, full[:, rows, index], atol=1e-12, rtol=0)
+    weights = rng.standard_normal(there.shape)
+    scattered = np.zeros(full.shape)
+    scattered[:, rows, index] = weights
+    np.testing.assert_allclose(graph.backward(trace, weights)[1],
+                               graph.backward(full_trace, scattered)[1], atol=1e-10, rtol=0)
+
+
 @pytest.mark.parametrize("bridge", ["torch", "transformer-lens"])
 def test_edge_ablation_and_its_gradient_equal_hooks_on_the_bridge(cfg, bridge):
     torch.set_num_threads(1)

@@ -147,6 +147,10 @@ class EdgeGraph:
                 tr.outs[head] = self._head_out(z, L, h)
             if self.mlp[L]:
                 x = self._read(f"m{L}", tr)
+                # Only the logits read the last MLP: with `positions` it runs there alone.
+                only_there = positions is not None and L == cfg.n_layers - 1
+                if only_there:
+                    x = x[:, positions[0], positions[1]]
                 saved = {}
                 if cfg.normalization == "pre_ln":
                     saved["ln"] = _ln(x, t[b + "ln2.w"], t[b + "ln2.b"])
@@ -154,7 +158,10 @@ class EdgeGraph:
                 pre = x @ t[b + "mlp.W_in"] + t[b + "mlp.b_in"]
                 saved["pre"] = pre
                 tr.saved[f"m{L}"] = saved
-                tr.outs[f"m{L}"] = activation(cfg, pre) @ t[b + "mlp.W_out"] + t[b + "mlp.b_out"]
+                out = activation(cfg, pre) @ t[b + "mlp.W_out"] + t[b + "mlp.b_out"]
+                if only_there:
+                    out = self._scatter(out, positions, tr.shape)
+                tr.outs[f"m{L}"] = out
         x = self._read("logits", tr)
         if positions is not None:
             tr.positions = positions
@@ -166,6 +173,13 @@ class EdgeGraph:
         if "unembed.b_U" in t:
             logits = logits + t["unembed.b_U"]
         return logits, tr
+
+    @staticmethod
+    def _scatter(values, positions, shape):
+        """(E, B, d) values at (rows, index) of a zero (E, B, T, d) array."""
+        full = np.zeros(shape)
+        full[:, positions[0], positions[1]] = values
+        return full
 
     def _head_out(self, z, L, h):
         """What head h of layer L writes to the stream: z W_O, or z into its own slice."""
@@ -196,9 +210,7 @@ class EdgeGraph:
             x_hat, scale, _ = tr.saved["logits"]
             dx = _ln_backward(dx, x_hat, scale, t["ln_final.w"])
         if tr.positions is not None:
-            full = np.zeros(tr.shape)
-            full[:, tr.positions[0], tr.positions[1]] = dx
-            dx = full
+            dx = self._scatter(dx, tr.positions, tr.shape)
         grads["logits"] = dx
         send("logits")
         mask = causal_mask(T)
@@ -206,12 +218,16 @@ class EdgeGraph:
             b = f"blocks.{L}."
             if self.mlp[L]:
                 saved = tr.saved[f"m{L}"]
-                dpre = (dout[f"m{L}"] @ t[b + "mlp.W_out"].T) * activation_grad(cfg, saved["pre"])
+                only_there = tr.positions is not None and L == cfg.n_layers - 1
+                dy = dout[f"m{L}"]
+                if only_there:
+                    dy = dy[:, tr.positions[0], tr.positions[1]]
+                dpre = (dy @ t[b + "mlp.W_out"].T) * activation_grad(cfg, saved["pre"])
                 dx = dpre @ t[b + "mlp.W_in"].T
                 if cfg.normalization == "pre_ln":
                     x_hat, scale, _ = saved["ln"]
                     dx = _ln_backward(dx, x_hat, scale, t[b + "ln2.w"])
-                grads[f"m{L}"] = dx
+                grads[f"m{L}"] = self._scatter(dx, tr.positions, tr.shape) if only_there else dx
                 send(f"m{L}")
             for h in reversed(range(cfg.n_heads)):
                 head = f"a{L}.{h}"
