@@ -80,6 +80,8 @@ CASES = [
     (["generate", RUN, "--prompt", "4 1 +", "--head-off", "9.9"], ["no head 9.9"]),
     (["generate", RUN, "--prompt", "\x00 <script>"], ["not in the vocabulary"]),
     (["analyze", RUN, "--k", "-1"], ["--k"]),
+    (["circuits", RUN, "--tau", "nan"], ["--tau"]),
+    (["circuits", RUN, "--ig-steps", "100000000"], ["--ig-steps", "1..1,000"]),
     # ports and process counts
     (["explore", RUN, "--serve", "--port", "70000"], ["--port", "0..65,535"]),
     (["explore", RUN, "--serve", "--port", "-1"], ["--port", "0..65,535"]),

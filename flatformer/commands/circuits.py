@@ -12,6 +12,7 @@ from rich.text import Text
 
 from ..cli import app, console, out
 from ..errors import FlatformerError
+from ..limits import number, whole
 
 
 def _f(x, spec=".3f") -> str:
@@ -132,6 +133,9 @@ def circuits(
         raise FlatformerError(f"--target must be in (0, 1], got {target}")
     if top < 1:
         raise FlatformerError(f"--top must be >= 1, got {top}")
+    whole("--ig-steps", ig_steps, 1, 1000)
+    if tau is not None:
+        number("--tau", tau, 0, 1e6)
     wanted = [m.strip() for m in methods.split(",") if m.strip()]
     edges = parse_path(path) if path is not None else None
     with console.status("circuits") as status:
