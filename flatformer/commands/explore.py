@@ -67,7 +67,7 @@ def explore(
     step: Optional[int] = typer.Option(None, help="Checkpoint the page opens at [last]."),
     out_file: Optional[Path] = typer.Option(None, "--out", help="HTML file [RUN/explorer.html]."),
     serve: bool = typer.Option(False, "--serve", help="Also serve it on 127.0.0.1."),
-    port: int = typer.Option(8000, help="Port for --serve (0: any free port)."),
+    port: int = typer.Option(8000, help="Port for --serve, 0..65535 (0: any free port)."),
     checkpoints: Optional[int] = typer.Option(
         None, help="Checkpoints carried for the slider [all, at most 201; fewer for big models]."),
 ):
