@@ -123,7 +123,8 @@ def train(
     seed: int = typer.Option(0, min=0, help="Seed naming the initialisation and batch order."),
     seeds: Optional[str] = typer.Option(None, help="Train seeds A-B together, one folder each."),
     preset_name: Optional[str] = typer.Option(None, "--preset", help="Model preset [task's]."),
-    recipe: str = typer.Option("default", help="Recipe: default or paper."),
+    recipe: Optional[str] = typer.Option(None, help="Recipe: default, paper or grokking "
+                                         "[task's: default, or grokking for modular-addition]."),
     resume: bool = typer.Option(False, help="Continue a killed run where it stopped."),
     sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model or recipe "
                                               "field, e.g. --set lr=3e-3 --set d_mlp=16."),

@@ -147,6 +147,12 @@ PRESETS: dict[str, dict] = {
     "attn-only-2l": dict(d_model=16, n_heads=2, d_head=8, n_layers=2, d_mlp=0, n_ctx=32,
                          act_fn="relu", normalization="none", qkv_bias=False, attn_out=True,
                          unembed_bias=True, ln_final=False),
+    # Grokking (Nanda et al. 2023's shape, smaller): one block, no LayerNorm, 4 heads with W_O, a
+    # ReLU MLP, no biases on attention or unembedding, a context of exactly `a b =`. The
+    # modular-addition task's default; the `grokking` recipe says how its size was chosen.
+    "grokking-1l": dict(d_model=64, n_heads=4, d_head=16, n_layers=1, d_mlp=256, n_ctx=3,
+                        act_fn="relu", normalization="none", qkv_bias=False, attn_out=True,
+                        unembed_bias=False),
 }
 
 

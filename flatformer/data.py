@@ -24,6 +24,8 @@ class Corpus:
     # What the rule error counts (only built for held-out sets): `Task.allowed` per position.
     allowed: np.ndarray | None = None          # (L, V) tokens the rule allows
     allowed_source: np.ndarray | None = None   # (L,) global index deciding it, or -1
+    # Which targets count in the loss (`Task.answer_only`: the forced ones); None: every one.
+    counted: np.ndarray | None = None          # (L,) bool
 
     @classmethod
     def from_sequences(cls, task: Task, seqs: list[np.ndarray],
@@ -37,6 +39,8 @@ class Corpus:
         targets, sources = zip(*(task.rule(s) for s in seqs))
         corpus = cls(np.concatenate(seqs), np.concatenate(targets), globalise(sources), starts,
                      starts + lengths)
+        if task.answer_only:
+            corpus.counted = corpus.target >= 0
         if with_allowed:
             masks, allowed_sources = zip(*(task.allowed(s) for s in seqs))
             corpus.allowed = np.concatenate(masks)
@@ -51,11 +55,13 @@ class Corpus:
         """Inputs, targets and loss weights for windows beginning at `starts` (any shape).
 
         With `drop_unseen`, a forced target whose source lies before the window gets weight 0:
-        no model could predict it from what it sees.
+        no model could predict it from what it sees; so does every target the corpus does not
+        count (`counted`).
         """
         idx = starts[..., None] + np.arange(n_ctx + 1)
         inputs, targets = self.tokens[idx[..., :-1]], self.tokens[idx[..., 1:]]
-        weights = np.ones(targets.shape)
+        weights = (np.ones(targets.shape) if self.counted is None
+                   else self.counted[idx[..., 1:]].astype(np.float64))
         if drop_unseen:
             pos = idx[..., 1:]
             unseen = (self.target[pos] >= 0) & (self.source[pos] < starts[..., None])
@@ -87,6 +93,7 @@ class TaskData:
     train_starts: np.ndarray
     val_inputs: np.ndarray
     val_targets: np.ndarray
+    val_weights: np.ndarray    # 1 where a held-out target counts in the loss
     rule_inputs: np.ndarray
     rule_index: np.ndarray
     rule_targets: np.ndarray   # (R,) the forced target, or -1 where several tokens are allowed
@@ -99,13 +106,13 @@ class TaskData:
         held = Corpus.from_sequences(task, held_seqs, with_allowed=True)
         # Held-out loss: 400 fixed windows (the source's 50 batches of 8), evenly spaced over
         # the non-overlapping windows of the held-out sequences: no sampling noise between
-        # evaluations, at half the cost of all of them.
+        # evaluations, at half the cost of all of them. A task of fixed examples counts all.
         val_starts = np.concatenate([np.arange(s, e - n_ctx, n_ctx)
                                      for s, e in zip(held.starts, held.ends)])
-        if len(val_starts) > VAL_WINDOWS:
+        if len(val_starts) > VAL_WINDOWS and not task.answer_only:
             val_starts = val_starts[np.linspace(0, len(val_starts) - 1, VAL_WINDOWS).round()
                                     .astype(int)]
-        val_inputs, val_targets, _ = held.windows(val_starts, n_ctx, drop_unseen=False)
+        val_inputs, val_targets, val_weights = held.windows(val_starts, n_ctx, drop_unseen=False)
         rule_inputs, rule_index, rule_targets, rule_allowed = held.rule_windows(n_ctx)
         return cls(train, held, train.window_starts(n_ctx), val_inputs, val_targets,
-                   rule_inputs, rule_index, rule_targets, rule_allowed)
+                   val_weights, rule_inputs, rule_index, rule_targets, rule_allowed)

@@ -40,7 +40,8 @@ def logits_at(params: Params, inputs: np.ndarray, index: np.ndarray | None = Non
 def evaluate(params: Params, data: TaskData, with_loss: bool = True):
     """Per-seed held-out loss and rule error, each (S,), over the whole held-out set.
 
-    The loss covers 400 fixed held-out windows; the rule error every held-out position
+    The loss covers 400 fixed held-out windows (every held-out example for a task of fixed
+    examples, only where the rule forces the target); the rule error every held-out position
     the rule constrains and the context can see, each read from the window that ends just before
     it: the fraction where the top prediction is not among the tokens the rule allows.
     """
@@ -49,7 +50,7 @@ def evaluate(params: Params, data: TaskData, with_loss: bool = True):
     if with_loss:
         logits = logits_at(params, data.val_inputs)
         targets = np.broadcast_to(data.val_targets, logits.shape[:-1])
-        loss = cross_entropy(logits, targets, np.ones(targets.shape))[0]
+        loss = cross_entropy(logits, targets, np.broadcast_to(data.val_weights, targets.shape))[0]
     if len(data.rule_targets):
         picked = logits_at(params, data.rule_inputs, data.rule_index)            # (S, R, V)
         top = picked.argmax(-1)                                                 # (S, R)

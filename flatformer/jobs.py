@@ -56,7 +56,8 @@ def parse_seeds(seeds: str | None) -> list[int] | None:
 
 def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets,
               corpus=None, tokenizer=None):
-    """The training job the command line describes, and its output folder."""
+    """The training job the command line describes, and its output folder (a preset or recipe
+    of None: the task's own)."""
     import dataclasses
 
     from .config import PRESETS, ModelConfig, preset
@@ -89,6 +90,7 @@ def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets,
     if "d_vocab" in overrides:
         raise FlatformerError("--set: d_vocab comes from the task's vocabulary")
     preset_name = preset_name or task.default_preset
+    recipe_name = recipe_name or task.default_recipe
     if preset_name not in PRESETS:
         raise FlatformerError(f"unknown preset {preset_name!r}; choose one of {', '.join(PRESETS)}")
     try:

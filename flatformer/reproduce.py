@@ -54,7 +54,7 @@ def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console
 
     out_dir = Path(out_dir)
     run_dir = out_dir / "run"
-    job, _ = build_job(task, preset, "default", 0, None, run_dir, sets or [])
+    job, _ = build_job(task, preset, None, 0, None, run_dir, sets or [])
     resume = prepare_folder(out_dir, job.run_config(0), force)
     times: list[tuple[str, float]] = []
 

@@ -35,6 +35,7 @@ class Recipe:
 
     steps: int = 20_000
     batch_size: int = 8
+    full_batch: bool = False            # every training window each step (batch_size unused)
     lr: float = 1e-3
     schedule: str = "constant"          # constant | cosine (to lr * min_lr_ratio)
     min_lr_ratio: float = 0.0
@@ -60,6 +61,10 @@ class Recipe:
             raise FlatformerError(f"recipe: betas must be two numbers, got {self.betas!r}")
         for b in self.betas:
             number("recipe: each of betas", b, 0, 0.999999)
+        for name in ("full_batch", "drop_unseen"):
+            if not isinstance(getattr(self, name), bool):
+                raise FlatformerError(f"recipe: {name} must be true or false, got "
+                                      f"{getattr(self, name)!r}")
         if self.schedule not in ("constant", "cosine"):
             raise FlatformerError("recipe: schedule must be constant or cosine")
         checks = [
@@ -112,6 +117,10 @@ RECIPES: dict[str, Recipe] = {
     #   about 1,500 single steps. The seed still names one reproducible final model.
     "default": Recipe(lr=3e-3, schedule="cosine", min_lr_ratio=0.1, drop_unseen=True,
                       embed_init_scale=0.3, candidates=8, select_step=1000),
+    # Grokking (modular-addition): full-batch AdamW with weight decay 1.0 and betas 0.9/0.98, as
+    # in Nanda et al. 2023. Measured on this machine: see the task and bench/grokking.py.
+    "grokking": Recipe(steps=5000, full_batch=True, lr=3e-3, betas=(0.9, 0.98),
+                       weight_decay=1.0, eval_every=100, checkpoint_every=100),
 }
 
 
@@ -249,9 +258,13 @@ class Trainer:
             self.metrics[i] = [m for m in read_metrics(out) if m["step"] <= step]
 
     def batches(self, n: int):
-        """Inputs, targets and loss weights of the next n steps, each (n, S, B, T); n must not
-        cross a multiple of CHUNK."""
+        """Inputs, targets and loss weights of the next n steps, each (n, S, B, T) (with a full
+        batch, B is every training window); n must not cross a multiple of CHUNK."""
         r, data = self.job.recipe, self.data
+        if r.full_batch:
+            starts = np.broadcast_to(data.train_starts, (n, len(self.members),
+                                                         len(data.train_starts)))
+            return data.train.windows(starts, self.job.cfg.n_ctx, r.drop_unseen)
         chunk = self.step // CHUNK
         if self._batches[0] != chunk:
             idx = np.stack([batch_indices(s, c, chunk, len(data.train_starts), r.batch_size)
@@ -286,8 +299,10 @@ class Trainer:
                 self.train_step()
             return
         # Bound the batch arrays (K x S x B x T) so that 1,024 seeds stay small in memory.
+        batch = len(self.data.train_starts) if self.job.recipe.full_batch else \
+            self.job.recipe.batch_size
         per_call = max(1, min(STEPS_PER_CALL, (1 << 20) // self.params.n_seeds
-                              // (self.job.recipe.batch_size * self.job.cfg.n_ctx)))
+                              // (batch * self.job.cfg.n_ctx)))
         while n > 0:
             k = min(n, per_call, CHUNK - self.step % CHUNK)
             inputs, targets, weights = self.batches(k)

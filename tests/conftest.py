@@ -62,3 +62,20 @@ def chromium():
     from browser import close_shared_browser, shared_browser
     yield shared_browser()
     close_shared_browser()
+
+
+# A small modular-addition model (p = 13) briefly trained full-batch: it memorises, it does not
+# grok (that takes minutes; bench/grokking.py measures it).
+GROKKING_SETS = dict(p=13, d_model=16, d_head=4, d_mlp=32, steps=400)
+
+
+@pytest.fixture(scope="session")
+def grokking_run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("grok") / "run", task="modular-addition",
+                    recipe="grokking", **GROKKING_SETS)
+
+
+@pytest.fixture(scope="session")
+def grokking_seeds(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("grok-seeds") / "runs", task="modular-addition",
+                    recipe="grokking", seeds="0-2", **GROKKING_SETS)

@@ -11,13 +11,14 @@ from .copy_back import CopyThreeBack
 from .first_even import FirstEven
 from .last_odd import LastOdd
 from .max_so_far import MaxSoFar
+from .modular_addition import ModularAddition
 from .plus_last_even import PlusLastEven
 from .successor import Successor
 from .tiny_grammar import TinyGrammar
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in [
     PlusLastEven, LastOdd, FirstEven, Successor, AddMod5, MaxSoFar, CopyThreeBack, AfterLastEven,
-    TinyGrammar]}
+    TinyGrammar, ModularAddition]}
 
 
 def get_task(name: str, settings: dict | None = None) -> Task:

@@ -66,6 +66,10 @@ class Task:
     # The roles its tokens play, when the rule is a recall ("after a marker, the most recent
     # token of a class"): read by the analysis, compare and corruption. None for other rules.
     recall: Recall | None = None
+    default_recipe: str = "default"
+    # True for tasks of fixed examples rather than a stream: only positions whose target the
+    # rule forces count in the loss (training and held-out).
+    answer_only: bool = False
 
     def sample(self, rng: np.random.Generator) -> list[int]:
         raise NotImplementedError

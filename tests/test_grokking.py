@@ -1,0 +1,177 @@
+"""Grokking: the modular-addition task's data path, the Fourier basis and spectrum on weights
+built to hold known frequencies, restricted and excluded loss on logits whose answer is known,
+the clock/pizza measures, and the numbers over a short run's checkpoints."""
+
+import json
+
+import numpy as np
+import pytest
+
+from clitools import assert_one_line_error, cli
+from flatformer.analysis import grokking as G
+from flatformer.config import preset
+from flatformer.data import TaskData
+from flatformer.evaluate import evaluate
+from flatformer.jobs import build_job
+from flatformer.model import Params, forward, init_params
+from flatformer.runs import load_run
+from flatformer.tasks import get_task
+
+P = 13
+
+
+def wave(k, x, phase=0.0):
+    return np.cos(2 * np.pi * k * np.asarray(x) / P + phase)
+
+
+def test_the_split_covers_every_pair_once_and_the_loss_counts_only_the_answer():
+    task = get_task("modular-addition", p=P, train_fraction=0.3)
+    data = TaskData.build(task, 3)
+    n_train = round(0.3 * P * P)
+    assert len(data.train_starts) == n_train and len(data.rule_targets) == P * P - n_train
+    train, held = task.pairs()
+    assert sorted(np.concatenate([train, held]).tolist()) == list(range(P * P))
+    # every window is `a b =`; only the prediction at `=` counts, and its target is a + b mod p
+    inputs, targets, weights = data.train.windows(data.train_starts, 3, False)
+    assert (inputs[:, 2] == P).all() and (weights == [0, 0, 1]).all()
+    assert (targets[:, 2] == (inputs[:, 0] + inputs[:, 1]) % P).all()
+    assert (data.val_weights == [0, 0, 1]).all() and len(data.val_inputs) == len(held)
+    assert (data.rule_index == 2).all()
+    assert set(map(tuple, data.rule_inputs[:, :2])) == {divmod(int(i), P) for i in held}
+    # the held-out loss is the mean cross-entropy at `=` over every held-out pair
+    cfg = preset("grokking-1l", P + 1, d_model=8, d_head=2, d_mlp=8)
+    params = init_params(cfg, [np.random.default_rng(0)])
+    loss, error = evaluate(params, data)
+    logits = G.pair_logits(params, P)[0]
+    targets = (G.all_pairs(P)[:, 0] + G.all_pairs(P)[:, 1]) % P
+    assert loss[0] == pytest.approx(G.losses(logits[held], targets[held]), abs=1e-12)
+    assert error[0] == pytest.approx((logits[held].argmax(1) != targets[held]).mean(), abs=1e-12)
+
+
+def test_task_settings_reach_the_run_and_bad_ones_are_refused(grokking_run, tmp_path):
+    run = load_run(grokking_run)
+    assert run.config["task_settings"] == {"p": P, "train_fraction": 0.3}
+    assert run.task.p == P and len(run.vocab) == P + 1 and run.cfg.n_ctx == 3
+    assert run.config["recipe"]["full_batch"] and run.config["recipe"]["weight_decay"] == 1.0
+    job, _ = build_job("modular-addition", None, None, 0, None, tmp_path / "x", [])
+    assert job.recipe.full_batch and job.cfg.d_vocab == 54 and job.config_extra["recipe_name"] \
+        == "grokking"
+    assert_one_line_error(cli("train", "modular-addition", "--set", "p=2", "--out", tmp_path / "a"),
+                          "p must be")
+    assert_one_line_error(cli("train", "modular-addition", "--set", "train_fraction=1",
+                              "--out", tmp_path / "b"), "train_fraction")
+    assert_one_line_error(cli("train", "modular-addition", "--set", "n_ctx=8",
+                              "--out", tmp_path / "c"), "n_ctx must be 3")
+    assert_one_line_error(cli("train", "plus-last-even", "--set", "p=7", "--out", tmp_path / "d"),
+                          "unknown key 'p'")
+
+
+def test_full_batch_training_memorises_the_training_pairs(grokking_run):
+    """A short run of the data path: the full-batch loss falls and the training pairs are
+    learned long before anything generalises (it does not grok in 400 steps)."""
+    run = load_run(grokking_run)
+    rows = run.metrics
+    assert [r["step"] for r in rows][:3] == [0, 100, 200] and run.steps[-1] == 400
+    result = G.progress(run)
+    assert result["train_accuracy"][-1] == 1.0 and result["train_loss"][-1] < 0.1
+    assert result["test_loss"][-1] > 1.0
+    assert result["phases"]["memorisation"] <= 400
+    assert rows[-1]["rule_error"] == pytest.approx(1 - result["test_accuracy"][-1], abs=1e-12)
+    assert rows[-1]["val_loss"] == pytest.approx(result["test_loss"][-1], abs=1e-9)
+
+
+def test_fourier_basis_is_orthonormal_and_the_spectrum_finds_built_in_frequencies():
+    basis, freqs = G.fourier_basis(P)
+    np.testing.assert_allclose(basis @ basis.T, np.eye(P), atol=1e-12)
+    assert freqs.tolist() == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6]
+    even, even_freqs = G.fourier_basis(8)
+    np.testing.assert_allclose(even @ even.T, np.eye(8), atol=1e-12)
+    assert even_freqs.tolist() == [0, 1, 1, 2, 2, 3, 3, 4]
+    # An embedding holding frequency 3 in two directions (amplitude 2, any phase), frequency 5
+    # at amplitude 0.5 and a constant 1.5: a cosine of amplitude A has norm A sqrt(p / 2).
+    x = np.arange(P)
+    W = np.stack([2 * wave(3, x, 0.7), 2 * wave(3, x, 0.7 + np.pi / 2), 0.5 * wave(5, x, 1.0),
+                  np.full(P, 1.5)], 1)
+    want = np.zeros(P // 2 + 1)
+    want[3] = np.sqrt(2 * 4 * P / 2)
+    want[5] = 0.5 * np.sqrt(P / 2)
+    want[0] = 1.5 * np.sqrt(P)
+    np.testing.assert_allclose(G.spectrum(W), want, atol=1e-12)
+
+
+def clock_logits(freqs, amplitude=3.0):
+    """Logits (p^2, p + 1) of the clock: sum_k A cos(w_k (a + b - c)), c over the outputs."""
+    a, b = np.divmod(np.arange(P * P), P)
+    c = np.arange(P + 1)
+    return sum(amplitude * wave(k, (a + b)[:, None] - c[None, :]) for k in freqs)
+
+
+def test_restricted_and_excluded_loss_on_logits_with_known_components():
+    a, b = np.divmod(np.arange(P * P), P)
+    target = (a + b) % P
+    clock = clock_logits([2, 5])
+    assert G.key_frequencies(clock, P) == [2, 5]
+    # Parts the restriction removes: waves in a alone and in a - b, and an offset per output.
+    other = (1.3 * wave(4, a)[:, None] * np.linspace(-1, 1, P + 1)
+             + 0.8 * wave(1, a - b)[:, None] + np.arange(P + 1) * 0.1)
+    restricted = G.restricted_logits(clock + other, P, [2, 5])
+    np.testing.assert_allclose(restricted, clock + np.arange(P + 1) * 0.1, atol=1e-10)
+    # Removing the key frequencies leaves nothing of the clock: chance, ln(p + 1), when it was
+    # all there was; and only the other parts when they were added.
+    assert G.losses(G.excluded_logits(clock, P, [2, 5]), target) == pytest.approx(np.log(P + 1))
+    np.testing.assert_allclose(G.excluded_logits(clock + other, P, [2, 5]), other, atol=1e-10)
+    # Removing a frequency the logits do not use changes nothing.
+    np.testing.assert_allclose(G.excluded_logits(clock, P, [3]), clock, atol=1e-10)
+    # The key frequencies of a noisy clock are still its own.
+    noise = np.random.default_rng(0).normal(0, 0.3, clock.shape)
+    assert G.key_frequencies(clock + noise, P) == [2, 5]
+
+
+def test_distance_irrelevance_tells_the_pizza_from_the_clock():
+    a, b = np.divmod(np.arange(P * P), P)
+    logits = np.zeros((P * P, P + 1))
+    # pizza: the correct logit depends only on a - b (|cos(w (a - b) / 2)|)
+    logits[np.arange(P * P), (a + b) % P] = np.abs(np.cos(np.pi * 3 * (a - b) / P))
+    assert G.distance_irrelevance(logits, P) == pytest.approx(0.0, abs=1e-12)
+    # clock: it depends only on a + b, never on the distance
+    logits[np.arange(P * P), (a + b) % P] = wave(2, a + b)
+    assert G.distance_irrelevance(logits, P) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_input_gradients_match_central_differences():
+    cfg = preset("grokking-1l", P + 1, d_model=8, d_head=2, d_mlp=16)
+    params = init_params(cfg, [np.random.default_rng(3)])
+    a, b, c = np.array([2, 7, 7]), np.array([5, 7, 1]), np.array([4, 0, 9])
+    grads = G.input_gradients(params, a, b, c)                                # (n, 2, d)
+    eps = 1e-6
+    for i in range(len(a)):
+        tokens = np.array([[[a[i], b[i], P]]])
+        for pos in range(2):
+            for j in range(cfg.d_model):
+                def shifted(sign):
+                    def hook(x, name):
+                        x = x.copy()
+                        x[0, 0, pos, j] += sign * eps
+                        return x
+                    return forward(params, tokens, {"hook_embed": hook})[0][0, 0, 2, c[i]]
+                numeric = (shifted(1) - shifted(-1)) / (2 * eps)
+                assert grads[i, pos, j] == pytest.approx(numeric, abs=1e-7)
+    # the measure is the mean cosine of the two gradients
+    sym = G.gradient_symmetricity(params, P, n=20, seed=1)
+    rng = np.random.default_rng(1)
+    a, b, c = rng.integers(P, size=(3, 20))
+    g = G.input_gradients(params, a, b, c)
+    cos = (g[:, 0] * g[:, 1]).sum(1) / np.linalg.norm(g[:, 0], axis=1) / np.linalg.norm(g[:, 1],
+                                                                                       axis=1)
+    assert sym == pytest.approx(cos.mean(), abs=1e-12)
+
+
+def test_phases_and_falls_on_constructed_curves():
+    steps = np.arange(0, 1100, 100)
+    train_acc = [0.1, 0.6, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    test_loss = np.exp([1, 2, 3, 3, 2.9, 2.8, 2.0, 1.0, 0.0, -0.5, -0.7])  # peak 3, end -0.7
+    got = G.phases(steps, train_acc, test_loss)
+    # 10% of the way from 3 to -0.7 is 2.63 (first reached at step 600), 90% is -0.33 (900)
+    assert got == {"memorisation": 200, "circuit_formation": 600, "cleanup": 900}
+    assert G.falls_at(steps, np.exp([3.0] * 11), 0, 0.5) is None
+    assert G.phases(steps, [0.5] * 11, test_loss)["memorisation"] is None
