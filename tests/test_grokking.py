@@ -11,6 +11,7 @@ from clitools import assert_one_line_error, cli
 from flatformer.analysis import grokking as G
 from flatformer.config import preset
 from flatformer.data import TaskData
+from flatformer.errors import FlatformerError
 from flatformer.evaluate import evaluate
 from flatformer.jobs import build_job
 from flatformer.model import Params, forward, init_params
@@ -58,12 +59,12 @@ def test_task_settings_reach_the_run_and_bad_ones_are_refused(grokking_run, tmp_
         == "grokking"
     assert_one_line_error(cli("train", "modular-addition", "--set", "p=2", "--out", tmp_path / "a"),
                           "p must be")
-    assert_one_line_error(cli("train", "modular-addition", "--set", "train_fraction=1",
-                              "--out", tmp_path / "b"), "train_fraction")
-    assert_one_line_error(cli("train", "modular-addition", "--set", "n_ctx=8",
-                              "--out", tmp_path / "c"), "n_ctx must be 3")
-    assert_one_line_error(cli("train", "plus-last-even", "--set", "p=7", "--out", tmp_path / "d"),
-                          "unknown key 'p'")
+    for name, sets, words in [("modular-addition", ["train_fraction=1"], "train_fraction"),
+                              ("modular-addition", ["p=7.5"], "p must be"),
+                              ("modular-addition", ["n_ctx=8"], "n_ctx must be 3"),
+                              ("plus-last-even", ["p=7"], "unknown key 'p'")]:
+        with pytest.raises(FlatformerError, match=words):
+            build_job(name, None, None, 0, None, tmp_path / "b", sets)
 
 
 def test_full_batch_training_memorises_the_training_pairs(grokking_run):

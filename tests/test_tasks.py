@@ -27,12 +27,12 @@ def test_task_is_described_and_its_example_obeys_its_rule(name):
     assert len(set(task.vocab)) == len(task.vocab)
     assert all(w and not any(c.isspace() for c in w) for w in task.vocab)
     assert task.focus in task.vocab
-    assert len(task.encode(task.demo)) == 8
     assert task.measured and task.measured_error is not None
     # Its defaults are real model or recipe settings, and the default model builds with them.
     model = {k: v for k, v in task.defaults.items() if k in ModelConfig.__dataclass_fields__}
-    get_recipe("default", **{k: v for k, v in task.defaults.items() if k not in model})
-    preset(task.default_preset, len(task.vocab), **model)
+    get_recipe(task.default_recipe, **{k: v for k, v in task.defaults.items() if k not in model})
+    cfg = preset(task.default_preset, len(task.vocab), **model)
+    assert len(task.encode(task.demo)) == cfg.n_ctx   # the demo fills the context
     assert task.model_label().startswith(task.default_preset)
     # The docstring states the measured number the class attribute holds.
     assert f"{task.measured_error:.1%}" in task.__doc__

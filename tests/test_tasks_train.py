@@ -28,7 +28,9 @@ def trained(name, tmp_path_factory):
     return TRAINED[name]
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
+# modular-addition reaches its number only after grokking, minutes of full-batch training per
+# seed: bench/grokking.py measures it, and tests/test_grokking.py tests its data path.
+@pytest.mark.parametrize("name", sorted(set(TASKS) - {"modular-addition"}))
 def test_default_training_reaches_the_claimed_rule_error(name, tmp_path_factory):
     trainer, _ = trained(name, tmp_path_factory)
     errors = [m[-1]["rule_error"] for m in trainer.metrics]

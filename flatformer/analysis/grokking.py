@@ -74,6 +74,7 @@ def losses(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Mean cross-entropy over the rows of (..., N, V) logits, (...)."""
     shifted = logits - logits.max(-1, keepdims=True)
     logz = np.log(np.exp(shifted).sum(-1))
+    targets = np.broadcast_to(targets, logits.shape[:-1])
     picked = np.take_along_axis(shifted, targets[..., None], -1)[..., 0]
     return (logz - picked).mean(-1)
 
@@ -188,10 +189,14 @@ def distance_irrelevance(logits: np.ndarray, p: int) -> float:
 
 def algorithm(params: Params, logits: np.ndarray, p: int) -> dict:
     """Clock or pizza for one checkpoint (Zhong et al.): both measures and the name that the
-    distance irrelevance gives by the paper's split (pizza below 0.4, clock above)."""
+    distance irrelevance gives by the paper's split (pizza below 0.4, clock above). Like the
+    paper, only a model that gets (nearly) every pair right is named: below 99% accuracy over
+    all p^2 pairs the name is "none"."""
     q = distance_irrelevance(logits, p)
+    right = (logits[:, :p].argmax(-1) == all_pairs(p)[:, :2].sum(1) % p).mean()
+    name = "none" if right < 0.99 else "clock" if q >= CLOCK_ABOVE else "pizza"
     return {"gradient_symmetricity": gradient_symmetricity(params, p),
-            "distance_irrelevance": q, "name": "clock" if q >= CLOCK_ABOVE else "pizza"}
+            "distance_irrelevance": q, "name": name}
 
 
 def progress(run, steps: list[int] | None = None) -> dict:

@@ -14,6 +14,7 @@ from ..model import Params
 from ..readout import by_length, knob_kls, standard_knobs
 from .algorithm import run_checks
 from .circuits import circuit_table
+from .grokking import progress
 from .lens import contributions, lens_note, lens_summary
 
 MAX_PROMPTS = 200
@@ -93,7 +94,7 @@ def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = Non
         prompts, prompt_source = default_prompts(task, data), "held-out"
     kls = knob_kls(model, prompts, standard_knobs(model, data.val_inputs[:MAX_REFERENCE]))
     pushes, exact = attribution(model, prompts)
-    return {
+    report = {
         "run": str(run.path), "task": task.name, "step": step, "preset": run.config.get("preset"),
         "n_params": run.cfg.n_params, "model": run.cfg.to_dict(),
         "held_out": {"loss": float(loss[0]), "rule_error": float(rule_error[0]),
@@ -108,3 +109,6 @@ def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = Non
         "circuits": circuit_table(model, k),
         "edge_circuit": find_circuits(build_problem(model, task, data, "mean")),
     }
+    if task.name == "modular-addition":
+        report["grokking"] = progress(run, [s for s in run.steps if s <= step])
+    return report

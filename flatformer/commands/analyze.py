@@ -77,6 +77,8 @@ def render_report(report: dict):
     out.print(table)
     if report.get("edge_circuit"):
         render_edge_circuit(report["edge_circuit"])
+    if report.get("grokking"):
+        render_grokking(report["grokking"])
     if report.get("patching"):
         render_patching(report["patching"])
 
@@ -97,6 +99,34 @@ def render_edge_circuit(found: dict):
         return "-" if value is None else f"{value:.2f}"
     out.print(_plain(f"AUC against the exact effects: EAP {auc('eap')}, EAP-IG {auc('eap_ig')}, "
                      f"ACDC {auc('acdc')} (ACDC keeps {m['acdc']['edges_kept']} edges)"))
+
+
+def render_grokking(g: dict):
+    phases = g["phases"]
+    algo = g["algorithm"]
+    out.print()
+    out.print(Text(f"Grokking (Nanda et al. 2023): key frequencies {g['key_frequencies']} "
+                   f"(of 1..{g['p'] // 2}; {g['key_share']:.1%} of the embedding's Fourier "
+                   f"energy); phases end at steps: memorisation {phases['memorisation']}, "
+                   f"circuit formation {phases['circuit_formation']}, clean-up "
+                   f"{phases['cleanup']}; half-way falls: restricted loss at "
+                   f"{g['falls']['restricted_loss']}, test loss at {g['falls']['test_loss']}. "
+                   f"Algorithm (Zhong et al. 2023): {algo['name']} (distance irrelevance "
+                   f"{algo['distance_irrelevance']:.2f}, gradient symmetricity "
+                   f"{algo['gradient_symmetricity']:.2f})"))
+    table = _table("Progress measures over checkpoints (restricted loss: all pairs; excluded "
+                   "loss: training pairs)", "step", "loss tr", "loss te", "acc tr",
+                   "acc te", "restr.", "excl.", "sum w^2")
+    rows = range(len(g["steps"]))
+    shown = sorted(set(np.linspace(0, len(g["steps"]) - 1, min(len(g["steps"]), 21))
+                       .round().astype(int)))
+    for i in rows:
+        if i in shown:
+            table.add_row(str(g["steps"][i]), f"{g['train_loss'][i]:.3g}",
+                          f"{g['test_loss'][i]:.3g}", f"{g['train_accuracy'][i]:.1%}",
+                          f"{g['test_accuracy'][i]:.1%}", f"{g['restricted_loss'][i]:.3g}",
+                          f"{g['excluded_loss'][i]:.3g}", f"{g['weight_norm'][i]:.4g}")
+    out.print(table)
 
 
 def render_patching(patching: dict):

@@ -59,9 +59,9 @@ _JOB: dict = {}   # what a forked worker draws from: set by draw_suite before th
 
 def draw_one(name: str) -> tuple[str, list[Path], str | None]:
     """Draw and save one figure of the current job: (name, written paths, skip message)."""
-    from ..figures import FIGURES, NotInPlane
+    from ..figures import NotInPlane
     ctx, folder, formats = _JOB["ctx"], _JOB["folder"], _JOB["formats"]
-    compute, draw = FIGURES[name]
+    compute, draw = _JOB["figures"][name]
     try:
         fig = draw(compute(ctx))
     except NotInPlane as exc:
@@ -81,11 +81,12 @@ def draw_suite(run_path: Path, step: int | None, sequence: str | None, formats: 
 
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    from ..figures import FIGURES, FigureContext, NotInPlane
+    from ..figures import FigureContext, NotInPlane, figures_for
     from ..runs import load_run
     run = load_run(run_path)
     ctx = FigureContext(run, step, sequence)
-    names = select(list(FIGURES), only)
+    registry = figures_for(run.task)
+    names = select(list(registry), only)
     folder = Path(out_dir) if out_dir else run.path / "figures" / f"step_{ctx.step:06d}"
     folder.mkdir(parents=True, exist_ok=True)
     # Shared computations happen once, before any fork, so workers inherit them.
@@ -94,7 +95,9 @@ def draw_suite(run_path: Path, step: int | None, sequence: str | None, formats: 
         ctx.landscape
     except NotInPlane:
         pass
-    _JOB.update(ctx=ctx, folder=folder, formats=formats)
+    if any(n.startswith("grok") for n in names):
+        ctx.grokking   # modular-addition: the measures over every checkpoint, once for all
+    _JOB.update(ctx=ctx, folder=folder, formats=formats, figures=registry)
     written, skipped = [], []
     progress = progress_display(TextColumn("figures"), BarColumn(bar_width=None),
                                 MofNCompleteColumn(), TextColumn("{task.description}"),
@@ -135,7 +138,8 @@ def figures(
                                        "e.g. fig10,supp_qk_full."),
     jobs: int = typer.Option(2, help="Processes drawing in parallel (1: no forking)."),
 ):
-    """Draw the paper's figures (fig02 to fig15 and the supplementary ones) for a checkpoint."""
+    """Draw the paper's figures (fig02 to fig15 and the supplementary ones) for a checkpoint;
+    for modular-addition first its progress measures and embedding spectrum (grok01, grok02)."""
     formats = parse_formats(fmt)
     processes("--jobs", jobs)
     started = time.perf_counter()

@@ -13,7 +13,7 @@ command does. `FIGURES` maps each figure's file name to its pair, in the paper's
 
 from __future__ import annotations
 
-from . import attention, circuit, data, geometry, landscape, trace
+from . import attention, circuit, data, geometry, grokking, landscape, trace
 from .compute import NotInPlane
 from .context import FigureContext
 
@@ -48,4 +48,18 @@ FIGURES = {
     "supp_circuit": _pair(circuit, "circuit"),
 }
 
-__all__ = ["FIGURES", "FigureContext", "NotInPlane"]
+# A task's own figures, drawn before the paper's suite for runs of that task.
+TASK_FIGURES = {
+    "modular-addition": {
+        "grok01_progress": _pair(grokking, "progress"),
+        "grok02_spectrum": _pair(grokking, "spectrum"),
+    },
+}
+
+
+def figures_for(task) -> dict:
+    """Every figure of a run of `task`: its own first, then the paper's suite."""
+    return {**TASK_FIGURES.get(task.name, {}), **FIGURES}
+
+
+__all__ = ["FIGURES", "TASK_FIGURES", "FigureContext", "NotInPlane", "figures_for"]

@@ -102,6 +102,12 @@ class FigureContext:
         held = Corpus.from_sequences(self.task, self.held_out, with_allowed=True)
         return held.rule_windows(self.cfg.n_ctx)
 
+    @cached_property
+    def grokking(self) -> dict:
+        """The modular-addition progress measures over the checkpoints up to this one."""
+        from ..analysis.grokking import progress
+        return progress(self.run, [s for s in self.run.steps if s <= self.step])
+
     def block_note(self, layer: int = 0) -> str:
         """A remark naming the block (and head) shown, for models with more than one."""
         parts = []

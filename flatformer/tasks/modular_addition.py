@@ -22,7 +22,8 @@ class ModularAddition(MarkerTask):
 
     Example: `30 40 = 17`: 30 + 40 = 70, which is 17 modulo 53.
 
-    Measured: see the `grokking` recipe and bench/grokking.py.
+    Measured (bench/grokking.py, the default preset and recipe): held-out rule error 0.0%
+    after grokking.
     """
 
     name = "modular-addition"
