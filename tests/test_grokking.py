@@ -176,3 +176,16 @@ def test_phases_and_falls_on_constructed_curves():
     assert got == {"memorisation": 200, "circuit_formation": 600, "cleanup": 900}
     assert G.falls_at(steps, np.exp([3.0] * 11), 0, 0.5) is None
     assert G.phases(steps, [0.5] * 11, test_loss)["memorisation"] is None
+
+
+def test_frequency_plane_puts_the_numbers_on_their_circle():
+    x = np.arange(P)
+    rng = np.random.default_rng(0)
+    mix = np.linalg.qr(rng.normal(size=(6, 6)))[0]       # any orthonormal map into d = 6
+    W = np.stack([wave(4, x), np.sin(2 * np.pi * 4 * x / P), 0.2 * wave(1, x),
+                  np.zeros(P), np.zeros(P), np.zeros(P)], 1) @ mix
+    angles = G.phases_of(W, 4)
+    step = np.mod(np.diff(angles), 2 * np.pi)
+    # consecutive numbers are 2 pi 4 / p apart (or the reflection of that)
+    want = 2 * np.pi * 4 / P
+    assert np.allclose(step, want, atol=1e-9) or np.allclose(step, 2 * np.pi - want, atol=1e-9)

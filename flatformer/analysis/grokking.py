@@ -44,6 +44,23 @@ def spectrum(W: np.ndarray) -> np.ndarray:
     return np.sqrt(np.bincount(freqs, weights=energy, minlength=p // 2 + 1))
 
 
+def frequency_plane(W: np.ndarray, k: int) -> np.ndarray:
+    """An orthonormal basis (d, 2) of the plane of R^d that frequency k of W (p, d) spans: its
+    cos and sin coefficient vectors, orthonormalised. Projected on it, the numbers of a model
+    that uses frequency k lie on a circle, number x at angle 2 pi k x / p (up to a rotation
+    and a reflection)."""
+    basis, freqs = fourier_basis(W.shape[0])
+    q, _ = np.linalg.qr((basis[freqs == k] @ W).T)
+    return q[:, :2]
+
+
+def phases_of(W: np.ndarray, k: int) -> np.ndarray:
+    """The angle (p,) in [0, 2 pi) of each row of W (p, d) in the plane of frequency k, around
+    the rows' mean: the tokens' key-frequency phase."""
+    xy = (W - W.mean(0)) @ frequency_plane(W, k)
+    return np.mod(np.arctan2(xy[:, 1], xy[:, 0]), 2 * np.pi)
+
+
 def sum_directions(p: int, freqs) -> np.ndarray:
     """Unit vectors over the p^2 pairs (a * p + b) of cos(w (a + b)) and sin(w (a + b)) for each
     frequency k in `freqs` (w = 2 pi k / p): orthonormal, (2 len(freqs), p^2) (zero vectors,

@@ -28,9 +28,9 @@ def write_movies(run_dir: Path, movies: str | None = None, formats: str | None =
     processes("--workers", workers)
     from .. import movies as mv
     from ..runs import load_run
-    names = mv.movie_names(movies)
-    chosen = mv.formats(formats)
     run = load_run(run_dir)
+    names = mv.movie_names(movies, run.config.get("task"))
+    chosen = mv.formats(formats)
     with console.status("loading checkpoints and computing every frame"):
         ck = mv.load_checkpoints(run)
         scenes, skipped = mv.prepare(ck, names, head)
@@ -57,8 +57,9 @@ def animate(
                                       "mp4,gif [both]."),
     movies: Optional[str] = typer.Option(None, "--movies", help="Movies, comma-separated: "
                                          "mov1_embeddings, mov2_landscape, mov3_qkv, "
-                                         "mov4_qk_space, mov5_qk_attention (or mov1..mov5, or "
-                                         "1..5) [all]."),
+                                         "mov4_qk_space, mov5_qk_attention, mov6_spectrum "
+                                         "(modular-addition runs only) (or mov1..mov6, or "
+                                         "1..6) [all this run can have]."),
     fps: int = typer.Option(20, help="Frames per second."),
     head: int = typer.Option(0, help="Attention head drawn (block 0)."),
     workers: int = typer.Option(2, help="Rendering processes."),

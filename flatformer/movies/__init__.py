@@ -16,24 +16,24 @@ from ..readout import NotInPlane
 from .encode import FORMATS
 from .frames import Checkpoints, load_checkpoints
 from .render import render
-from .scenes import MOVIES, Geometry
+from .scenes import MOVIES, Geometry, NotForTask
 
 __all__ = ["MOVIES", "FORMATS", "movie_names", "formats", "prepare", "load_checkpoints",
            "render", "Checkpoints"]
 
 
-def movie_names(spec: str | None) -> list[str]:
+def movie_names(spec: str | None, task: str | None = None) -> list[str]:
     """Movie names from a comma list: full names (mov3_qkv), short ones (mov3, qkv) or numbers
-    (3); None or "all" for all five, in order."""
+    (3); None or "all" for all of them that a run of `task` can have, in order."""
     if spec is None or spec.strip() == "all":
-        return list(MOVIES)
+        return [n for n, scene in MOVIES.items() if scene.task in (None, task)]
     names = []
     for word in (w.strip() for w in spec.split(",") if w.strip()):
         match = [n for n in MOVIES if word in (n, n.split("_", 1)[0], n.split("_", 1)[1],
                                                 n[3:4])]
         if not match:
             raise FlatformerError(f"unknown movie {word!r}; choose from {', '.join(MOVIES)} "
-                                  f"(or mov1..mov5, or all)")
+                                  f"(or mov1..mov6, or all)")
         if match[0] not in names:
             names.append(match[0])
     if not names:
@@ -58,12 +58,12 @@ def formats(spec: str | None) -> list[str]:
 
 def prepare(ck: Checkpoints, names: list[str], head: int = 0):
     """The scenes for `names`, every frame's arrays computed, and {name: reason} for those this
-    model cannot have (the landscape needs d_model == 2)."""
+    model cannot have (the landscape needs d_model == 2; the spectrum, modular-addition)."""
     geo = Geometry(ck, head)
     scenes, skipped = [], {}
     for name in names:
         try:
             scenes.append(MOVIES[name](geo))
-        except NotInPlane as exc:
+        except (NotInPlane, NotForTask) as exc:
             skipped[name] = str(exc)
     return scenes, skipped
