@@ -521,6 +521,21 @@ def per_seed(c: Comparison) -> list[dict]:
     return rows
 
 
+def grokking_seeds(c: Comparison) -> list[dict] | None:
+    """For modular-addition: each seed's own key frequencies and which algorithm it learned
+    (clock or pizza, by Zhong et al.'s measures), from analysis.grokking. None for other tasks."""
+    if c.task.name != "modular-addition":
+        return None
+    from .analysis import grokking as G
+    p, rows = c.task.p, []
+    for seed, model in zip(c.seeds, c.models):
+        params = Params.stack(c.cfg, [model.tensors])
+        logits = G.pair_logits(params, p)[0]
+        rows.append({"seed": seed, "key_frequencies": G.key_frequencies(logits, p),
+                     **G.algorithm(params, logits, p)})
+    return rows
+
+
 def to_json(c: Comparison) -> dict:
     """Everything measured, as plain JSON types."""
     return {"task": c.task.name, "step": c.step, "seeds": c.seeds,
@@ -531,7 +546,8 @@ def to_json(c: Comparison) -> dict:
                 "marker": c.vocab[c.spec.marker], "wanted": [c.vocab[i] for i in c.spec.wanted],
                 "other": [c.vocab[i] for i in c.spec.other], "names": list(c.spec.names)},
             "zone_targets": [c.vocab[i] for i in c.targets],
-            "numbers": numbers(c), "summary": summary(c), "per_seed": per_seed(c)}
+            "numbers": numbers(c), "summary": summary(c), "per_seed": per_seed(c),
+            "grokking": grokking_seeds(c)}
 
 
 # --------------------------------------------------------------------------- for the figures

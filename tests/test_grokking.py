@@ -189,3 +189,17 @@ def test_frequency_plane_puts_the_numbers_on_their_circle():
     # consecutive numbers are 2 pi 4 / p apart (or the reflection of that)
     want = 2 * np.pi * 4 / P
     assert np.allclose(step, want, atol=1e-9) or np.allclose(step, 2 * np.pi - want, atol=1e-9)
+
+
+def test_compare_reports_each_seeds_key_frequencies_and_algorithm(grokking_seeds):
+    from flatformer.compare import compare_runs, to_json
+    report = to_json(compare_runs(grokking_seeds))
+    rows = report["grokking"]
+    assert [r["seed"] for r in rows] == [0, 1, 2]
+    for row in rows:
+        run = load_run(grokking_seeds / f"seed_{row['seed']}")
+        params = Params.stack(run.cfg, [run.weights()])
+        logits = G.pair_logits(params, P)[0]
+        assert row["key_frequencies"] == G.key_frequencies(logits, P)
+        assert row["distance_irrelevance"] == pytest.approx(G.distance_irrelevance(logits, P))
+        assert row["name"] == "none"     # memorised, not generalised: no algorithm is named

@@ -72,6 +72,25 @@ def seed_table(c) -> tuple[Table, str]:
     return table, legend
 
 
+def grokking_table(rows: list[dict]):
+    """modular-addition: each seed's key frequencies and its algorithm (Zhong et al. 2023)."""
+    out.print()
+    out.print(Text("Each seed's key frequencies and algorithm (clock or pizza: Zhong et al. "
+                   "2023; none unless >= 99% of all pairs are right)", style="bold"))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, column in enumerate(["seed", "key frequencies", "distance\nirrelevance",
+                                "gradient\nsymmetricity", "algorithm"]):
+        table.add_column(column, justify="left" if i in (1, 4) else "right", overflow="fold")
+    for r in rows:
+        table.add_row(str(r["seed"]), " ".join(map(str, r["key_frequencies"])),
+                      f"{r['distance_irrelevance']:.2f}", f"{r['gradient_symmetricity']:.2f}",
+                      r["name"])
+    out.print(table)
+    shared = set.intersection(*(set(r["key_frequencies"]) for r in rows))
+    out.print(Text(f"key frequencies every seed shares: "
+                      f"{' '.join(map(str, sorted(shared))) or 'none'}"))
+
+
 def save_figure(fig, path: Path):
     from ..figures.style import DPI
     from ..runs import atomic_write
@@ -139,6 +158,8 @@ def compare(
         table, legend = seed_table(c)
         out.print(table)
         out.print(Text(legend))
+    if report["grokking"]:
+        grokking_table(report["grokking"])
     out.print()
     out.print(Text("Which structures hold in every seed that learned the task", style="bold"))
     rows = summary(c)
