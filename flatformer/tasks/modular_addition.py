@@ -22,8 +22,7 @@ class ModularAddition(MarkerTask):
 
     Example: `30 40 = 17`: 30 + 40 = 70, which is 17 modulo 53.
 
-    Measured (bench/grokking.py, the default preset and recipe): held-out rule error 0.0%
-    after grokking.
+    Measured: see bench/grokking.py and the `grokking` recipe (pending).
     """
 
     name = "modular-addition"
@@ -32,8 +31,8 @@ class ModularAddition(MarkerTask):
     default_recipe = "grokking"
     answer_only = True
     settings = {"p": 53, "train_fraction": 0.3}
-    measured = "0.0% (after grokking)"
-    measured_error = 0.0
+    measured = "pending (bench/grokking.py)"
+    measured_error = None
 
     def __init__(self, p: int = 53, train_fraction: float = 0.3):
         if not isinstance(p, int) or isinstance(p, bool) or not 3 <= p <= MAX_P:
