@@ -203,3 +203,28 @@ def test_compare_reports_each_seeds_key_frequencies_and_algorithm(grokking_seeds
         assert row["key_frequencies"] == G.key_frequencies(logits, P)
         assert row["distance_irrelevance"] == pytest.approx(G.distance_irrelevance(logits, P))
         assert row["name"] == "none"     # memorised, not generalised: no algorithm is named
+
+
+def test_the_explorer_colours_numbers_by_their_key_phase(chromium, grokking_run, tmp_path):
+    from flatformer.explorer.export import export_run
+    from flatformer.explorer import render_html
+    from test_explorer_browser import visit
+    run = load_run(grokking_run)
+    data = export_run(run)
+    kp = data["key_phase"]
+    embed = run.weights()["embed.W_E"][:P]
+    np.testing.assert_allclose(kp["phase"], G.phases_of(embed, kp["frequency"]) / (2 * np.pi),
+                               atol=1e-12)
+    assert kp["frequency"] in kp["key_frequencies"]
+    path = tmp_path / "page.html"
+    path.write_text(render_html(grokking_run), encoding="utf-8")
+    with visit(chromium, path) as page:
+        assert not page.query_selector(".banner.fail")
+        before = page.evaluate("explorer.geometry()")["embed"]["tokenColours"]
+        page.locator("#phase").check()
+        page.wait_for_function("() => location.hash.includes('colour=phase')")
+        after = page.evaluate("explorer.geometry()")["embed"]["tokenColours"]
+    assert after != before
+    hues = [int(c.split("(")[1].split(",")[0]) for c in after[:P]]
+    assert hues == [round(360 * f) for f in kp["phase"]]
+    assert after[P] == before[P]        # `=` keeps its own colour

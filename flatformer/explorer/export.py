@@ -151,13 +151,15 @@ def export_run(run: Run | str | Path, step: int | None = None,
         task = run.task
         task_name, demo, focus, known = task.name, task.demo, task.focus, True
     except FlatformerError:  # a task this version does not know: the page works without it
-        task_name, demo, focus, known = run.config.get("task"), "", "", False
+        task, task_name, demo, focus, known = None, run.config.get("task"), "", "", False
     data = build_export(run.cfg, run.vocab, [(s, run.weights(s)) for s in steps], step,
                         title=Path(run.path).name, task=task_name,
                         preset=run.config.get("preset"), demo=demo, focus=focus,
                         metrics=run.metrics)
     if known:
         data["circuit"] = circuit_export(run, step)
+    if known and task_name == "modular-addition":
+        data["key_phase"] = key_phase(run, task.p)
     return data
 
 
@@ -173,6 +175,21 @@ def circuit_export(run: Run, step: int) -> dict:
     return {"step": step, "windows": data.val_inputs.tolist(), "metric": found["metric"],
             "edges": found["circuit"]["edges"], "faithfulness": found["circuit"]["faithfulness"],
             "edges_total": found["circuit"]["edges_total"]}
+
+
+def key_phase(run: Run, p: int) -> dict:
+    """For the page's embedding view: each number's phase (in turns, 0..1) in the plane of the
+    last checkpoint's strongest key frequency (analysis.grokking), one colour per number that
+    stays the same while the slider replays training."""
+    from ..analysis import grokking as G
+    from ..model import Params
+    weights = run.weights()
+    logits = G.pair_logits(Params.stack(run.cfg, [weights]), p)[0]
+    embed = weights["embed.W_E"][:p]
+    keys = G.key_frequencies(logits, p)
+    k = max(keys, key=lambda f: G.spectrum(embed)[f])
+    return {"frequency": int(k), "key_frequencies": keys,
+            "phase": (G.phases_of(embed, k) / (2 * np.pi)).tolist()}
 
 
 def export_model(model: Transformer, vocab: list[str], *, title: str = "model",

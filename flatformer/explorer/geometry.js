@@ -9,6 +9,12 @@ const Geometry = {
     const {Plane} = Views, M = FlatModel, fmt = Views.fmt, tokenCss = Views.tokenCss;
     const cfg = env.cfg, V = cfg.d_vocab, L = cfg.n_layers, memo = env.memo;
     const word = (t) => env.vocab[t];
+    // A token's colour: its own, or (modular-addition, when asked) a hue for its key phase.
+    const colourOf = (v, a = 1) => {
+      const kp = env.keyPhase;
+      if (!env.state().phase || !kp || v >= kp.phase.length) return tokenCss(v, a);
+      return `hsla(${Math.round(360 * kp.phase[v])}, 70%, 45%, ${a})`;
+    };
     const clip = (text) => (text.length > 8 ? text.slice(0, 7) + "…" : text);
     const at = (t, i) => `${clip(word(t))}${Views.subscript(i)}`;  // "+₇": token + at position 7
     const lastGeometry = {};
@@ -38,9 +44,10 @@ const Geometry = {
       {
         const pl = planes.tokens, plane = planeFor(tokens), xy = tokens.map((x) => M.projectPlane(plane, x));
         pl.begin(Plane.bounds(xy)); pl.axes();
-        xy.forEach(([x, y], v) => pl.point({x, y, r: 4.5, fill: tokenCss(v), stroke: "#fff", label: clip(word(v)), tip: [`token ${word(v)}`, `W_E[${v}] = (${tokens[v].map(String).join(", ")})`]}));
-        pl.setNote(planeNote(plane, "the token vectors"));
+        xy.forEach(([x, y], v) => pl.point({x, y, r: 4.5, fill: colourOf(v), stroke: "#fff", label: clip(word(v)), tip: [`token ${word(v)}`, `W_E[${v}] = (${tokens[v].map(String).join(", ")})`]}));
+        pl.setNote(planeNote(plane, "the token vectors") + (state.phase && env.keyPhase ? ` Hue: each number's phase at key frequency ${env.keyPhase.frequency}.` : ""));
         geometry.tokens = xy;
+        geometry.tokenColours = xy.map((_, v) => colourOf(v));
       }
       {
         const pl = planes.positions, plane = planeFor(positions), xy = positions.map((x) => M.projectPlane(plane, x));
@@ -57,8 +64,8 @@ const Geometry = {
         pl.begin(Plane.bounds(xy.concat(seqXY))); pl.axes();
         // Each token's first and last position are labelled; hover any point for its numbers.
         const labelled = (s) => V <= 40 && (s.t === 0 || s.t === cfg.n_ctx - 1);
-        sums.forEach((s, i) => pl.point({x: xy[i][0], y: xy[i][1], r: 2.6, fill: tokenCss(s.v, 0.55),
-          label: labelled(s) ? at(s.v, s.t) : null, labelColour: tokenCss(s.v, 0.95),
+        sums.forEach((s, i) => pl.point({x: xy[i][0], y: xy[i][1], r: 2.6, fill: colourOf(s.v, 0.55),
+          label: labelled(s) ? at(s.v, s.t) : null, labelColour: colourOf(s.v, 0.95),
           tip: [`${word(s.v)} at position ${s.t}`, `e = (${s.e.map((x) => fmt(x, 4)).join(", ")})`]}));
         pl.line(seqXY, "rgba(31,35,40,0.55)", 1.2, [4, 3]);
         seqXY.forEach(([x, y], i) => pl.point({x, y, r: 5.5, fill: tokenCss(c.seq[i]), stroke: "#1f2328", lineWidth: 1.5,

@@ -54,7 +54,7 @@
   // ---- state: everything a view depends on, mirrored in the URL hash ----
   const DEFAULT = {seq: DATA.demo.slice(), step: DATA.step, off: [], mlp: [], pos: false, beta: 1,
                    temp: 1, k: 0, p: 1, seed: 1, n: cfg.n_ctx, cell: null, zoom: false,
-                   cut: [], only: false};
+                   cut: [], only: false, phase: false};
   const EDGES = M.edgeGraph(cfg);
   let state = {...DEFAULT};
 
@@ -66,6 +66,7 @@
     if (s.zoom) parts.push("zoom=seq");
     if (s.cut.length) parts.push(`cut=${s.cut.join(",")}`);
     if (s.only) parts.push("only=circuit");
+    if (s.phase) parts.push("colour=phase");
     for (const key of ["beta", "temp", "k", "p", "seed", "n"]) {
       if (s[key] !== DEFAULT[key]) parts.push(`${key}=${s[key]}`);
     }
@@ -108,6 +109,7 @@
     s.only = params.get("only") === "circuit" && !!DATA.circuit;
     s.pos = params.get("pos") === "off";
     s.zoom = params.get("zoom") === "seq";
+    s.phase = params.get("colour") === "phase" && Boolean(DATA.key_phase);
     num("beta", (v) => v >= 0 && v <= 10);
     num("temp", (v) => v >= 0.01 && v <= 10);
     num("k", (v) => Number.isInteger(v) && v >= 0 && v <= V);
@@ -186,7 +188,7 @@
   const section = (id, title, lead) => h("section", {id, class: "panel"},
     h("h2", {}, title), lead ? h("p", {class: "lead"}, lead) : null);
   const row = (...children) => h("div", {class: "row"}, ...children);
-  const geometry = Geometry.create({cfg, vocab, memo, state: () => state});
+  const geometry = Geometry.create({cfg, vocab, memo, state: () => state, keyPhase: DATA.key_phase || null});
 
   // ---- header: title, self-check, sequence editor, training curve ----
   function headerPanel() {
@@ -365,9 +367,15 @@
       positions: new Plane({title: "positions: the ladder", size: 240}),
       sums: new Plane({title: "every token at every position: e = x + p", size: 420}),
     };
+    // modular-addition: colour each number by its phase on the key-frequency circle.
+    const kp = DATA.key_phase;
+    const phaseBox = kp ? h("label", {class: "knob", title: "hue = the number's angle in the plane of the key frequency (last checkpoint)"},
+      h("input", {type: "checkbox", id: "phase", onchange: (e) => setState({phase: e.target.checked})}),
+      `colour numbers by their phase at key frequency ${kp.frequency}`) : null;
     el.append(row(WE.el, WP.el, X.el, P.el, E.el),
-      h("h3", {}, "Geometry"), row(planes.sums.el, planes.tokens.el, planes.positions.el));
-    return {el, planes, key: () => `${state.step}:${state.seq.join(".")}:${state.pos}`, update(c) {
+      h("h3", {}, "Geometry"), phaseBox, row(planes.sums.el, planes.tokens.el, planes.positions.el));
+    return {el, planes, key: () => `${state.step}:${state.seq.join(".")}:${state.pos}:${state.phase}`, update(c) {
+      if (phaseBox) phaseBox.firstChild.checked = state.phase;
       const w = c.model.w, d = cfg.d_model, seq = c.seq, rows = posLabels(seq);
       const mat = (data, n) => Array.from({length: n}, (_, i) => Array.from(data.subarray(i * d, i * d + d)));
       WE.update(mat(w["embed.W_E"].data, V), vocab, dims(d), {shape: [V, d], axes: "d_vocab, d_model"});

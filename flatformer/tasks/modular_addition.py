@@ -22,7 +22,10 @@ class ModularAddition(MarkerTask):
 
     Example: `30 40 = 17`: 30 + 40 = 70, which is 17 modulo 53.
 
-    Measured: see bench/grokking.py and the `grokking` recipe (pending).
+    Measured so far (seed 0, p = 53): every variant of the `grokking` recipe tried memorised the
+    training pairs by step 500, and none generalised within 3,500 steps with 30% of the pairs
+    (held-out accuracy 1-3%); with 40% it rose slowly (15.5% at step 2,500). The grokking step
+    of the defaults over seeds 0-4 is bench/grokking.py's to measure (pending).
     """
 
     name = "modular-addition"

@@ -1,0 +1,70 @@
+"""Grokking modular addition: `flatformer train modular-addition` for seeds 0-4, one at a time.
+
+    python bench/grokking.py [--seeds 0-4] [--set key=value ...]
+
+Each seed trains as the default command does (default preset and recipe, its own temporary run
+folder) and prints one row: the step at which every training pair is right (memorised), the
+first checkpoint at which 99% of the held-out pairs are right (grokked), the final held-out
+accuracy, the key frequencies, the phases and where the restricted and test losses are half-way
+down (analysis/grokking.py), and the seconds it took: wall time, and CPU time, which is what an
+idle machine would take when the machine is shared (the training is single-threaded but for
+NumPy's matrix products).
+"""
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from flatformer.analysis.grokking import progress
+from flatformer.jobs import build_job, parse_seeds
+from flatformer.runs import load_run
+from flatformer.train import train
+
+GROKKED = 0.99
+
+
+def measure(seed: int, folder: Path, sets: list[str]) -> dict:
+    job, out = build_job("modular-addition", None, None, seed, None, folder / f"seed{seed}", sets)
+    wall, cpu = time.perf_counter(), time.process_time()
+    train(job)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    g = progress(load_run(out))
+    steps, train_acc, test_acc = g["steps"], g["train_accuracy"], g["test_accuracy"]
+    first = lambda values, at: next((s for s, v in zip(steps, values) if v >= at), None)  # noqa
+    return {"seed": seed, "memorised": first(train_acc, 1.0), "grokked": first(test_acc, GROKKED),
+            "final": test_acc[-1], "keys": g["key_frequencies"], "share": g["key_share"],
+            "phases": g["phases"], "falls": g["falls"], "algorithm": g["algorithm"]["name"],
+            "wall": wall, "cpu": cpu, "steps": job.recipe.steps, "cfg": job.cfg,
+            "p": job.task.p, "fraction": job.task.train_fraction}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0-4")
+    parser.add_argument("--set", dest="sets", action="append", default=[])
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in parse_seeds(args.seeds):
+            r = measure(seed, Path(tmp), args.sets)
+            if not rows:
+                print(f"p = {r['p']}, {r['fraction']:.0%} of pairs train, {r['cfg'].n_params:,} "
+                      f"parameters, {r['steps']:,} full-batch steps")
+                print(f"{'seed':>4s} {'memorised':>9s} {'grokked':>8s} {'final':>7s} "
+                      f"{'wall s':>7s} {'cpu s':>6s}  {'restricted/test half-way':>24s}  "
+                      f"{'phases end':>16s}  key frequencies (share)")
+            rows.append(r)
+            falls = f"{r['falls']['restricted_loss']}/{r['falls']['test_loss']}"
+            phases = "/".join(str(v) for v in r["phases"].values())
+            print(f"{r['seed']:>4d} {str(r['memorised']):>9s} {str(r['grokked']):>8s} "
+                  f"{r['final']:>7.2%} {r['wall']:>7.1f} {r['cpu']:>6.1f}  {falls:>24s}  "
+                  f"{phases:>16s}  {r['keys']} ({r['share']:.0%}) {r['algorithm']}", flush=True)
+    ok = [r for r in rows if r["grokked"] and r["final"] >= GROKKED and r["memorised"]
+          and r["memorised"] < r["grokked"]]
+    print(f"{len(ok)} of {len(rows)} seeds grokked (memorised first, >= {GROKKED:.0%} held-out "
+          f"at the end); CPU seconds max {max(r['cpu'] for r in rows):.1f}")
+
+
+if __name__ == "__main__":
+    main()
