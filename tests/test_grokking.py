@@ -26,7 +26,7 @@ def wave(k, x, phase=0.0):
 
 
 def test_the_split_covers_every_pair_once_and_the_loss_counts_only_the_answer():
-    task = get_task("modular-addition", p=P, train_fraction=0.3)
+    task = get_task("modular-addition", {"p": P, "train_fraction": 0.3})
     data = TaskData.build(task, 3)
     n_train = round(0.3 * P * P)
     assert len(data.train_starts) == n_train and len(data.rule_targets) == P * P - n_train
@@ -51,7 +51,7 @@ def test_the_split_covers_every_pair_once_and_the_loss_counts_only_the_answer():
 
 def test_task_settings_reach_the_run_and_bad_ones_are_refused(grokking_run, tmp_path):
     run = load_run(grokking_run)
-    assert run.config["task_settings"] == {"p": P, "train_fraction": 0.3}
+    assert run.config["task_settings"] == {"p": P}     # the settings that differ from default
     assert run.task.p == P and len(run.vocab) == P + 1 and run.cfg.n_ctx == 3
     assert run.config["recipe"]["full_batch"] and run.config["recipe"]["weight_decay"] == 1.0
     job, _ = build_job("modular-addition", None, None, 0, None, tmp_path / "x", [])
