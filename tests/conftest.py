@@ -66,7 +66,7 @@ def chromium():
 
 # A small modular-addition model (p = 13) briefly trained full-batch: it memorises, it does not
 # grok (that takes minutes; bench/grokking.py measures it).
-GROKKING_SETS = dict(p=13, d_model=16, d_head=4, d_mlp=32, steps=400)
+GROKKING_SETS = dict(p=13, train_fraction=0.3, d_model=16, d_head=4, d_mlp=32, steps=400)
 
 
 @pytest.fixture(scope="session")

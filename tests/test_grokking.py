@@ -51,12 +51,12 @@ def test_the_split_covers_every_pair_once_and_the_loss_counts_only_the_answer():
 
 def test_task_settings_reach_the_run_and_bad_ones_are_refused(grokking_run, tmp_path):
     run = load_run(grokking_run)
-    assert run.config["task_settings"] == {"p": P}     # the settings that differ from default
+    assert run.config["task_settings"] == {"p": P, "train_fraction": 0.3}   # both not default
     assert run.task.p == P and len(run.vocab) == P + 1 and run.cfg.n_ctx == 3
     assert run.config["recipe"]["full_batch"] and run.config["recipe"]["weight_decay"] == 1.0
     job, _ = build_job("modular-addition", None, None, 0, None, tmp_path / "x", [])
     assert job.recipe.full_batch and job.cfg.d_vocab == 54 and job.config_extra["recipe_name"] \
-        == "grokking"
+        == "grokking" and job.task.train_fraction == 0.5
     assert_one_line_error(cli("train", "modular-addition", "--set", "p=2", "--out", tmp_path / "a"),
                           "p must be")
     for name, sets, words in [("modular-addition", ["train_fraction=1"], "train_fraction"),

@@ -16,16 +16,19 @@ class ModularAddition(MarkerTask):
     Vocabulary: the numbers 0..p-1 and `=` (p + 1 tokens). Every example is the four tokens
     `a b = c` with c = (a + b) mod p; the model reads `a b =` and only its prediction at `=`
     counts, in the loss and in the rule error. A fixed fraction of all p^2 pairs trains (the
-    task settings `p` and `train_fraction`, e.g. --set p=59 --set train_fraction=0.4); the other
-    pairs are held out, and the rule error is the held-out top-1 error. Training is full-batch
-    (the `grokking` recipe): the model memorises its pairs long before it generalises.
+    task settings `p`, default 53, and `train_fraction`, default 0.5: --set p=59 --set
+    train_fraction=0.4); the other pairs are held out, and the rule error is the held-out top-1
+    error. Training is full-batch (the `grokking` recipe): the model memorises its pairs before
+    it generalises.
 
     Example: `30 40 = 17`: 30 + 40 = 70, which is 17 modulo 53.
 
-    Measured so far (seed 0, p = 53): every variant of the `grokking` recipe tried memorised the
-    training pairs by step 500, and none generalised within 3,500 steps with 30% of the pairs
-    (held-out accuracy 1-3%); with 40% it rose slowly (15.5% at step 2,500). The grokking step
-    of the defaults over seeds 0-4 is bench/grokking.py's to measure (pending).
+    Why half the pairs, not the 30% of Nanda et al.: measured at p = 53 (seed 0, an
+    eager-PyTorch replica of the default model, on a loaded machine), every variant tried
+    memorised its pairs within 500 steps, but with 30% of the pairs none passed 3% held-out
+    accuracy by step 3,500 (35%: 3.7% and 40%: 15.5% at step 2,500), too slow for a two-minute
+    run; with 50% the training pairs were all right at step 200 and 99% of the held-out pairs
+    at step 1,200. bench/grokking.py measures the default on flatformer's engine, seeds 0-4.
     """
 
     name = "modular-addition"
@@ -33,11 +36,11 @@ class ModularAddition(MarkerTask):
     default_preset = "grokking-1l"
     default_recipe = "grokking"
     answer_only = True
-    settings = {"p": 53, "train_fraction": 0.3}
+    settings = {"p": 53, "train_fraction": 0.5}
     measured = "pending (bench/grokking.py)"
     measured_error = None
 
-    def __init__(self, p: int = 53, train_fraction: float = 0.3):
+    def __init__(self, p: int = 53, train_fraction: float = 0.5):
         if not isinstance(p, int) or isinstance(p, bool) or not 3 <= p <= MAX_P:
             raise FlatformerError(f"modular-addition: p must be a whole number in 3..{MAX_P}, "
                                   f"got {p!r}")
