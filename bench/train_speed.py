@@ -1,67 +1,154 @@
-"""Training speed: steps per second for one run, per-seed steps per second for 64 batched seeds,
-and the same model in a plain eager PyTorch loop, measured in the same process.
+"""Training speed at every model size: flatformer's step (the compiled path and the NumPy
+engine) against the same model in a plain eager PyTorch float32 loop, the achieved GFLOP/s
+next to a large matrix product's GFLOP/s, all measured in this process.
 
-    python bench/train_speed.py [--steps 2000]
+    python bench/train_speed.py [--quick] [--end-to-end]
+
+Each time is the best of a few repeats (the least disturbed by other processes). A step's
+floating-point operations are counted as 3x the forward pass's multiply-adds x 2 (backward
+about twice the forward), with attention over the full T x T scores as PyTorch computes it.
 """
 
 import argparse
+import subprocess
+import sys
+import tempfile
 import time
 
+import numpy as np
 import torch
 
+from flatformer import kernels
+from flatformer.bridge import TorchTransformer
 from flatformer.config import preset
-from flatformer.data import TaskData
-from flatformer.tasks import get_task
-from flatformer.train import Job, Trainer, batch_indices, get_recipe
+from flatformer.model import backward, cross_entropy, forward, init_params
+from flatformer.optim import AdamW
 
 torch.set_num_threads(1)  # on this 2-core machine two threads made a tiny step up to 50x slower
 
+# name, config, sequences per batch, seeds batched
+MODELS = [
+    ("paper-2d", preset("paper-2d", 12), 8, 1),
+    ("paper-2d x64 seeds", preset("paper-2d", 12), 8, 64),
+    ("simulator-16d", preset("simulator-16d", 28), 8, 1),
+    ("d64 2L 4h ctx32", preset("simulator-16d", 64, d_model=64, n_heads=4, d_head=16,
+                               n_layers=2, d_mlp=256, n_ctx=32), 32, 1),
+    ("d128 2L 4h ctx64", preset("simulator-16d", 128, d_model=128, n_heads=4, d_head=32,
+                                n_layers=2, d_mlp=512, n_ctx=64), 64, 1),
+]
 
-def numpy_rate(data, cfg, n_seeds, steps):
-    recipe = get_recipe("paper", steps=steps)
-    trainer = Trainer(Job(get_task("plus-last-even"), cfg, recipe, list(range(n_seeds)),
-                          [None] * n_seeds), data)
-    trainer.train_step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        trainer.train_step()
-    return steps / (time.perf_counter() - start)
+
+def step_flops(cfg, batch):
+    N, d, hd, T = batch * cfg.n_ctx, cfg.d_model, cfg.n_heads * cfg.d_head, cfg.n_ctx
+    per_layer = N * (3 * d * hd + (hd * d if cfg.attn_out else 0) + 2 * d * cfg.d_mlp) \
+        + 2 * batch * cfg.n_heads * T * T * cfg.d_head
+    return 3 * 2 * (cfg.n_layers * per_layer + N * d * cfg.d_vocab)
 
 
-def torch_rate(data, cfg, steps):
-    from flatformer.bridge import TorchTransformer
-    recipe = get_recipe("paper")
-    trainer = Trainer(Job(get_task("plus-last-even"), cfg, recipe, [0], [None]), data)
-    model = TorchTransformer(cfg, trainer.params.seed(0))
-    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
-    idx = batch_indices(0, 0, 0, len(data.train_starts), recipe.batch_size)
-    batches = [data.train.windows(data.train_starts[i], cfg.n_ctx, False) for i in idx]
-    start = time.perf_counter()
-    for step in range(steps):
-        inputs, targets, _ = batches[step % len(batches)]
-        opt.zero_grad()
-        logits = model(torch.from_numpy(inputs))
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.d_vocab),
-                                                 torch.from_numpy(targets).reshape(-1))
-        loss.backward()
-        opt.step()
-    return steps / (time.perf_counter() - start)
+def best_of(run, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def batches(cfg, batch, seeds, steps, seed=0):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, cfg.d_vocab, (steps, seeds, batch, cfg.n_ctx))
+    return tokens, rng.integers(0, cfg.d_vocab, tokens.shape), np.ones(tokens.shape)
+
+
+def compiled_step(cfg, batch, seeds, steps, repeats):
+    params = init_params(cfg, [np.random.default_rng(s) for s in range(seeds)])
+    opt, data = AdamW(params.flat), batches(cfg, batch, seeds, steps)
+    loss = np.zeros(seeds)
+    kernels.train_steps(params, opt, *(a[:1] for a in data), [1e-3], loss)  # load or compile
+    return best_of(lambda: kernels.train_steps(params, opt, *data, [1e-3] * steps, loss),
+                   repeats) / steps
+
+
+def numpy_step(cfg, batch, seeds, steps, repeats, dtype=np.float64):
+    params = init_params(cfg, [np.random.default_rng(s) for s in range(seeds)])
+    params = params.like(params.flat.astype(dtype))
+    opt = AdamW(params.flat)
+    tokens, targets, weights = batches(cfg, batch, seeds, steps)
+    weights = weights.astype(dtype)
+
+    def run():
+        for k in range(steps):
+            logits, cache = forward(params, tokens[k])
+            _, dlogits = cross_entropy(logits, targets[k], weights[k])
+            opt.step(backward(params, cache, dlogits).flat, 1e-3)
+    run()
+    return best_of(run, repeats) / steps
+
+
+def torch_step(cfg, batch, steps, repeats):
+    params = init_params(cfg, [np.random.default_rng(0)])
+    model = TorchTransformer(cfg, params.seed(0), dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens, targets, _ = (torch.from_numpy(a[:, 0]) for a in batches(cfg, batch, 1, steps))
+
+    def run():
+        for k in range(steps):
+            opt.zero_grad()
+            logits = model(tokens[k])
+            torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.d_vocab),
+                                              targets[k].reshape(-1)).backward()
+            opt.step()
+    run()
+    return best_of(run, repeats) / steps
+
+
+def matmul_peak(dtype):
+    a = np.random.default_rng(0).standard_normal((1024, 1024)).astype(dtype)
+    a @ a
+    return 2 * 1024 ** 3 / best_of(lambda: a @ a, 5) / 1e9
+
+
+def end_to_end(args):
+    """Wall time of `flatformer train plus-last-even` (1 seed, then 64) in a fresh process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for extra in ([], ["--seeds", "0-63"]):
+            cmd = [sys.executable, "-m", "flatformer", "train", "plus-last-even", "--out",
+                   f"{tmp}/run{len(extra)}", *extra]
+            start = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True)
+            print(f"flatformer train plus-last-even {' '.join(extra):<14} "
+                  f"{time.perf_counter() - start:6.1f} s end to end")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--quick", action="store_true", help="fewer steps and repeats")
+    parser.add_argument("--end-to-end", action="store_true",
+                        help="also time `flatformer train plus-last-even` (1 and 64 seeds) "
+                             "against 20,000 eager PyTorch steps")
     args = parser.parse_args()
-    cfg = preset("paper-2d", 12)
-    data = TaskData.build(get_task("plus-last-even"), cfg.n_ctx)
-    one = numpy_rate(data, cfg, 1, args.steps)
-    many = numpy_rate(data, cfg, 64, args.steps // 4) * 64
-    eager = torch_rate(data, cfg, args.steps // 2)
-    print(f"numpy, one run:          {one:9.0f} steps/s  ({1e3 / one:.3f} ms/step)")
-    print(f"numpy, 64 seeds batched: {many:9.0f} seed-steps/s  ({1e3 / many:.3f} ms/seed-step)")
-    print(f"torch eager, one run:    {eager:9.0f} steps/s  ({1e3 / eager:.3f} ms/step)")
-    print(f"speed-up over eager PyTorch: {one / eager:.1f}x for one run, "
-          f"{many / eager:.1f}x per seed batched")
+    repeats = 2 if args.quick else 5
+    peak64, peak32 = matmul_peak(np.float64), matmul_peak(np.float32)
+    print(f"matrix product 1024^3 on one core: {peak64:.1f} GFLOP/s float64, "
+          f"{peak32:.1f} GFLOP/s float32")
+    print(f"{'model':<20}{'params':>8}{'compiled':>11}{'numpy f64':>11}{'numpy f32':>11}"
+          f"{'torch f32':>11}{'best/torch':>12}{'GFLOP/s':>9}")
+    for name, cfg, batch, seeds in MODELS:
+        small = cfg.d_model <= 16
+        steps = max(2, (200 if small else 6) // (1 + 3 * args.quick))
+        fast = compiled_step(cfg, batch, seeds, steps * (5 if small else 1), repeats) / seeds
+        slow64 = numpy_step(cfg, batch, seeds, steps, repeats) / seeds
+        slow32 = numpy_step(cfg, batch, seeds, steps, repeats, np.float32) / seeds
+        eager = torch_step(cfg, batch, steps, repeats)
+        best = min(fast, slow64, slow32)
+        print(f"{name:<20}{cfg.n_params:>8}{fast * 1e3:>9.3f}ms{slow64 * 1e3:>9.3f}ms"
+              f"{slow32 * 1e3:>9.3f}ms{eager * 1e3:>9.3f}ms{eager / best:>11.1f}x"
+              f"{step_flops(cfg, batch) / best / 1e9:>9.2f}")
+    print("(per seed-step for batched seeds; the x64 row uses both cores, the others one)")
+    if args.end_to_end:
+        cfg = preset("paper-2d", 12)
+        print(f"20,000 eager PyTorch steps of paper-2d: {torch_step(cfg, 8, 200, 3) * 2e4:.1f} s")
+        end_to_end(args)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -128,11 +129,18 @@ def train(
     resume: bool = typer.Option(False, help="Continue a killed run where it stopped."),
     sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model or recipe "
                                               "field, e.g. --set lr=3e-3 --set d_mlp=16."),
+    dtype: Optional[str] = typer.Option(None, help="float64 (the default) or float32, for "
+                                        "bigger models: half the memory, faster matrix "
+                                        "products."),
+    engine: str = typer.Option("auto", help="auto: compiled (numba) where it covers the "
+                               "model, else NumPy; numba; or numpy (the reference engine)."),
 ):
     """Train a model on a task and write its run folder."""
-    sets = list(sets or []) + ([f"steps={steps}"] if steps is not None else [])
+    sets = (list(sets or []) + ([f"steps={steps}"] if steps is not None else [])
+            + ([f"dtype={dtype}"] if dtype is not None else []))
     job, folder = build_job(task, preset_name, recipe, seed, seeds, out_dir, sets, corpus,
                             tokenizer)
+    job = dataclasses.replace(job, engine=engine)
     started = time.perf_counter()
     trainer = run_training(job, resume)
     finals = [m[-1] for m in trainer.metrics]

@@ -1,8 +1,9 @@
 """The NumPy transformer: forward pass with named activations, and its hand-written backward pass.
 
 Every parameter carries a leading seed axis S, so many independent models run as one batched
-program. All parameters are views into one flat float64 buffer (tensor-major: each tensor's S
-copies are contiguous), which makes the optimizer a few vector operations.
+program. All parameters are views into one flat buffer (float64, or float32 when a recipe asks;
+tensor-major: each tensor's S copies are contiguous), which makes the optimizer a few vector
+operations.
 
 Shapes in comments: S seeds, B sequences, T positions, H heads, d d_model, dh d_head, m d_mlp,
 V d_vocab, N = B * T.
@@ -43,10 +44,11 @@ def keep_freed_memory():
 class Params:
     """Named views of shape (S, *shape) into one flat buffer of S * n_params numbers."""
 
-    def __init__(self, cfg: ModelConfig, n_seeds: int, flat: np.ndarray | None = None):
+    def __init__(self, cfg: ModelConfig, n_seeds: int, flat: np.ndarray | None = None,
+                 dtype=np.float64):
         self.cfg, self.n_seeds = cfg, n_seeds
         size = n_seeds * cfg.n_params
-        self.flat = np.zeros(size) if flat is None else flat
+        self.flat = np.zeros(size, dtype) if flat is None else flat
         if self.flat.shape != (size,):
             raise ValueError(f"flat buffer has {self.flat.size} numbers, expected {size}")
         self.views = {name: self.flat[start:stop].reshape(shape)
@@ -65,7 +67,7 @@ class Params:
     def select(self, seeds) -> "Params":
         """A copy holding only the given seeds, in that order."""
         seeds = list(seeds)
-        out = Params(self.cfg, len(seeds))
+        out = Params(self.cfg, len(seeds), dtype=self.flat.dtype)
         for name, view in out.views.items():
             view[...] = self.views[name][seeds]
         return out
@@ -132,7 +134,7 @@ def init_params(cfg: ModelConfig, rngs: list[np.random.Generator],
 def row_sum(x: np.ndarray) -> np.ndarray:
     """x.sum(-1, keepdims=True)."""
     n = x.shape[-1]
-    return (x.reshape(-1, n) @ np.ones(n)).reshape(*x.shape[:-1], 1)
+    return (x.reshape(-1, n) @ np.ones(n, x.dtype)).reshape(*x.shape[:-1], 1)
 
 
 def row_max(x: np.ndarray) -> np.ndarray:
@@ -211,7 +213,7 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
         cache[name] = x
         return x
 
-    onehot = (tokens.reshape(S, N, 1) == np.arange(cfg.d_vocab)).astype(np.float64)  # (S,N,V)
+    onehot = (tokens.reshape(S, N, 1) == np.arange(cfg.d_vocab)).astype(params.flat.dtype)
     cache["_onehot"] = onehot
     x = hook("hook_embed", (onehot @ params["embed.W_E"]).reshape(S, B, T, d))
     p = hook("hook_pos_embed", np.broadcast_to(params["pos_embed.W_pos"][:, None, :T], (S, B, T, d)))
