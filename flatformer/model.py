@@ -177,14 +177,14 @@ def layer_norm(x, w, b):
 def activation(cfg: ModelConfig, pre):
     if cfg.act_fn == "relu":
         return np.maximum(pre, 0.0)
-    return 0.5 * pre * (1.0 + np.tanh(GELU_C * (pre + 0.044715 * pre ** 3)))
+    return 0.5 * pre * (1.0 + np.tanh(GELU_C * (pre + 0.044715 * pre * pre * pre)))
 
 
 def activation_grad(cfg: ModelConfig, pre):
     """d activation / d pre, elementwise."""
     if cfg.act_fn == "relu":
         return (pre > 0).astype(pre.dtype)
-    t = np.tanh(GELU_C * (pre + 0.044715 * pre ** 3))
+    t = np.tanh(GELU_C * (pre + 0.044715 * pre * pre * pre))
     return 0.5 * (1 + t) + 0.5 * pre * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * pre * pre)
 
 
@@ -300,7 +300,7 @@ def mlp_backward(params: Params, cache: dict, dresid: np.ndarray, grads: Params,
     if cfg.act_fn == "relu":
         dpre = dpost * (pre > 0)
     else:
-        t = np.tanh(GELU_C * (pre + 0.044715 * pre ** 3))
+        t = np.tanh(GELU_C * (pre + 0.044715 * pre * pre * pre))
         dpre = dpost * (0.5 * (1 + t) + 0.5 * pre * (1 - t * t) * GELU_C
                         * (1 + 3 * 0.044715 * pre * pre))
     mlp_in = (cache[b + "ln2.hook_normalized"] if cfg.normalization == "pre_ln"
