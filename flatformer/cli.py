@@ -132,8 +132,8 @@ def train(
     dtype: Optional[str] = typer.Option(None, help="float64 (the default) or float32, for "
                                         "bigger models: half the memory, faster matrix "
                                         "products."),
-    engine: str = typer.Option("auto", help="auto: compiled (numba) where it covers the "
-                               "model, else NumPy; numba; or numpy (the reference engine)."),
+    engine: str = typer.Option("auto", help="auto: compiled (numba) for models up to "
+                               "d_model 32, else NumPy; numba; or numpy (the reference)."),
 ):
     """Train a model on a task and write its run folder."""
     sets = (list(sets or []) + ([f"steps={steps}"] if steps is not None else [])

@@ -20,9 +20,9 @@ EVAL_SEEDS = 64
 
 def logits_at(params: Params, inputs: np.ndarray, index: np.ndarray | None = None):
     """Logits (S, W, T, V) for windows (W, T) shared by every seed; with `index` (W,), only the
-    logits at that position of each window, (S, W, V). Compiled (kernels.py) where it covers
-    the model."""
-    if kernels.supports(params.cfg) and params.flat.dtype == np.float64:
+    logits at that position of each window, (S, W, V). Compiled (kernels.py) where that is
+    the faster engine."""
+    if kernels.preferred(params.cfg, params.flat.dtype):
         return kernels.logits_at(params, inputs, index)
     keep_freed_memory()
     S, W = params.n_seeds, len(inputs)

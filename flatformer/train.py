@@ -169,7 +169,7 @@ class Job:
     data_seed: int = 0
     config_extra: dict = dataclasses.field(default_factory=dict)
     capped_from: int | None = None      # the steps asked for, when FLATFORMER_MAX_STEPS cut them
-    engine: str = "auto"   # auto (compiled where it covers the model) | numba | numpy
+    engine: str = "auto"   # auto (compiled for small models it covers) | numba | numpy
 
     def __post_init__(self):
         if self.engine not in ENGINES:
@@ -186,13 +186,14 @@ class Job:
 
     @property
     def compiled(self) -> bool:
-        """Whether training runs on the compiled path (kernels.py) rather than model.py. `auto`
-        leaves full-batch recipes to the NumPy engine: with every window in each step its
-        matrix products win (modular-addition's default model, measured: 55 ms a step on the
-        NumPy engine, 155 ms compiled, after a 4-minute compile on a loaded machine)."""
-        if self.engine == "auto" and self.recipe.full_batch:
-            return False
-        return self.engine != "numpy" and self.coverable
+        """Whether training runs on the compiled path (kernels.py) rather than model.py: when
+        forced, or by default where it is the faster (kernels.preferred). `auto` also leaves
+        full-batch recipes to the NumPy engine: with every window in each step its matrix
+        products win (modular-addition's default model, measured: 55 ms a step on the NumPy
+        engine, 155 ms compiled, after a 4-minute compile on a loaded machine)."""
+        if self.engine == "auto":
+            return not self.recipe.full_batch and kernels.preferred(self.cfg, self.recipe.dtype)
+        return self.engine == "numba"
 
     def run_config(self, seed: int) -> dict:
         return {"flatformer": __version__, "task": self.task.name, "seed": seed,
