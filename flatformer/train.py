@@ -521,18 +521,19 @@ def train(job: Job, resume: bool = False, progress: Callable | None = None) -> T
     """Train the job's seeds together; writes each seed's run folder, holding each folder's
     lock throughout (one writer per run). Returns the trainer."""
     check_fits(job)
-    with hold_all(job.out_dirs, "training"):
-        try:
-            return _train(job, resume, progress)
-        except WriteFailed as exc:
-            raise WriteFailed(f"{exc}: free some space, then continue with --resume") from None
-
-
-def _train(job: Job, resume: bool, progress: Callable | None) -> Trainer:
     data = TaskData.build(job.task, job.cfg.n_ctx, job.data_seed)
     if len(data.train_starts) == 0:
         raise FlatformerError(f"task {job.task.name} has no sequence longer than the context "
                               f"of {job.cfg.n_ctx} tokens")
+    # Locked only now, just before the first write: a job refused earlier leaves no folder.
+    with hold_all(job.out_dirs, "training"):
+        try:
+            return _train(job, data, resume, progress)
+        except WriteFailed as exc:
+            raise WriteFailed(f"{exc}: free some space, then continue with --resume") from None
+
+
+def _train(job: Job, data: TaskData, resume: bool, progress: Callable | None) -> Trainer:
     start = prepare_dirs(job, resume)
     if start is not None and job.recipe.candidates > 1 and start < job.recipe.select_step:
         start = None  # killed while the candidates were still being tried: try them again
