@@ -41,8 +41,10 @@ def per_token_floats(cfg) -> int:
     return cfg.n_layers * (6 * d + 4 * h * dh + 3 * h * t + 2 * cfg.d_mlp) + 3 * cfg.d_vocab + 2 * d
 
 
-def memory_needed(cfg, recipe, n_seeds: int) -> int:
-    P, C, B, T = cfg.n_params, recipe.candidates, recipe.batch_size, cfg.n_ctx
+def memory_needed(cfg, recipe, n_seeds: int, batch: int | None = None) -> int:
+    """Peak bytes; `batch` is the windows a step reads when not the recipe's batch_size (a
+    full-batch recipe reads every training window)."""
+    P, C, B, T = cfg.n_params, recipe.candidates, batch or recipe.batch_size, cfg.n_ctx
     per_group = max(1, GROUP_MEMBERS // C) if C > 1 else n_seeds
     members = max(n_seeds, min(n_seeds, per_group) * C)
     snapshots = 0
@@ -67,7 +69,7 @@ def is_checkpoint_step(recipe, step: int) -> bool:
                                           or step == recipe.steps)
 
 
-def estimate(job) -> Needs:
+def estimate(job, batch: int | None = None) -> Needs:
     """The job's peak memory and the disk its checkpoints and metrics still need (checkpoints
     already on disk, from a run being resumed, are not counted again)."""
     size, r = checkpoint_size(job.cfg), job.recipe
@@ -78,7 +80,7 @@ def estimate(job) -> Needs:
         names = [p.name[5:-12] for p in folder.glob("step_*.safetensors")]
         count += per_seed - sum(is_checkpoint_step(r, int(n)) for n in names if n.isdigit())
     metrics = (job.recipe.steps // job.recipe.eval_every + 2) * 200 * len(job.out_dirs)
-    return Needs(memory_needed(job.cfg, job.recipe, len(job.seeds)), count * size + metrics,
+    return Needs(memory_needed(job.cfg, job.recipe, len(job.seeds), batch), count * size + metrics,
                  count, size, metrics)
 
 
@@ -102,16 +104,17 @@ def free_disk(path) -> int:
     return shutil.disk_usage(path).free
 
 
-def check_fits(job, memory: int | None = None, disk: int | None = None):
+def check_fits(job, memory: int | None = None, disk: int | None = None,
+               batch: int | None = None):
     """Refuse, in one line with both numbers and what would fit, a job larger than the machine's
     available memory or the free disk under its folders. `memory`/`disk` override what the
     machine reports (for tests)."""
-    needs = estimate(job)
+    needs = estimate(job, batch)
     memory = available_memory() if memory is None else memory
     if memory is not None and needs.memory > memory:
         seeds = len(job.seeds)
-        fit = max((n for n in range(1, seeds) if memory_needed(job.cfg, job.recipe, n) <= memory),
-                  default=0)
+        fit = max((n for n in range(1, seeds)
+                   if memory_needed(job.cfg, job.recipe, n, batch) <= memory), default=0)
         first = job.seeds[0]
         hint = (f"at most {fit} seeds fit (--seeds {first}-{first + fit - 1})" if fit else
                 "not even one seed fits: choose a smaller model, batch_size or number of "

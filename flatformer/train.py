@@ -520,11 +520,11 @@ def try_candidates(job: Job, data: TaskData, progress: Callable | None) -> Train
 def train(job: Job, resume: bool = False, progress: Callable | None = None) -> Trainer:
     """Train the job's seeds together; writes each seed's run folder, holding each folder's
     lock throughout (one writer per run). Returns the trainer."""
-    check_fits(job)
-    data = TaskData.build(job.task, job.cfg.n_ctx, job.data_seed)
+    data = TaskData.build(job.task, job.cfg.n_ctx, job.data_seed)  # bounded by the config limits
     if len(data.train_starts) == 0:
         raise FlatformerError(f"task {job.task.name} has no sequence longer than the context "
                               f"of {job.cfg.n_ctx} tokens")
+    check_fits(job, batch=len(data.train_starts) if job.recipe.full_batch else None)
     # Locked only now, just before the first write: a job refused earlier leaves no folder.
     with hold_all(job.out_dirs, "training"):
         try:
