@@ -21,7 +21,8 @@ class QKSpace:
     queries: np.ndarray         # (V, T, 2) in the joint plane
     keys: np.ndarray            # (V, T, 2)
     plane: C.Plane
-    limits: tuple
+    limits: tuple               # panel (b): the square the field is computed on
+    joint_limits: tuple         # panel (a): fitted to the queries and keys
     focus: int                  # the focus query's token and position
     focus_position: int
     field: C.Field              # q_focus . k / sqrt(dh) over the plane
@@ -39,7 +40,8 @@ def compute_qk_space(ctx: FigureContext, head: int = 0, resolution: int = 160) -
     query = proj.q[ctx.focus, ctx.focus_position, head]
     fld = C.qk_field(query, plane, limits, resolution)
     notes = [ctx.block_note()] + ([] if plane.is_identity else [C.SLICE_NOTE])
-    return QKSpace(ctx.vocab, ctx.colors, q, k, plane, limits, ctx.focus, ctx.focus_position,
+    return QKSpace(ctx.vocab, ctx.colors, q, k, plane, limits, C.fitted_limits(q, k), ctx.focus,
+                   ctx.focus_position,
                    fld, "; ".join(n for n in notes if n), ctx.title)
 
 
@@ -55,7 +57,7 @@ def draw_qk_space(data: QKSpace, fig=None):
                        [("q " + v, None) for v in data.vocab] + [("k " + v, None)
                                                                  for v in data.vocab],
                        data.colors * 2, fontsize=5.5)
-    plane_axes(ax_joint, data.limits, data.plane, "Q/K")
+    plane_axes(ax_joint, data.joint_limits, data.plane, "Q/K")
     ax_joint.scatter([], [], s=9, c="#555555", label="query")
     ax_joint.scatter([], [], s=11, marker="^", facecolors="none", edgecolors="#555555",
                      label="key")
@@ -70,7 +72,7 @@ def draw_qk_space(data: QKSpace, fig=None):
                      edgecolors=style.MASKED_COLOR, linewidths=0.5, zorder=2)
     shown = keys[:, visible]
     token_points(ax_focus, shown, data.colors, data.vocab, label="all", size=10, marker="^",
-                 edge="white", fontsize=4.8)
+                 edge="white", fontsize=5)
     qx, qy = data.queries[data.focus, data.focus_position]
     ax_focus.scatter([qx], [qy], marker="*", s=90, c=data.colors[data.focus],
                      edgecolors="white", linewidths=0.6, zorder=6)

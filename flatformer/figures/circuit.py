@@ -91,7 +91,8 @@ def draw_circuit(graph: CircuitGraph, fig=None):
         ax.text(x, y, node, ha="center", va="center", fontsize=7, zorder=3)
         if node.startswith("a"):
             for kind, dy in ports.items():
-                ax.text(x - w / 2 + 0.03, y + dy, kind, ha="left", va="center", fontsize=4.5,
+                ax.text(x - w / 2 + 0.03, y + dy, kind, ha="left", va="center",
+                        fontsize=style.MIN_FONT,
                         color=RECEIVER_COLORS[kind], zorder=3)
     xs = [p[0] for p in where.values()]
     ys = [p[1] for p in where.values()]

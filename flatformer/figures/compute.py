@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import FlatformerError
 from ..readout import (BlockTrace, Embeddings, Field, Landscape, NotInPlane, Plane,  # noqa: F401
-                       Projections, Trace, all_points_tokens, embeddings, fit_plane, grid,
+                       Projections, Trace, all_points_tokens, embeddings, fit_plane, fitted_limits, grid,
                        head_outputs, landscape, output_logits, point_label, point_scores,
                        projections, qk_field, require_plane, softmax, square_limits, trace)
 from ..readout.sampling import continue_prompts

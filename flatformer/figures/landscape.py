@@ -118,7 +118,7 @@ def draw_landscape_summary(data: LandscapeSummary, fig=None):
     ax_a.set_title("(b) most likely next token")
     argmax_image(ax_e, b.land, b.colors, alpha=0.35, zone_labels=False)
     token_points(ax_e, data.combined, b.colors, b.vocab, label="all", size=8, edge="black",
-                 fontsize=4.6)
+                 fontsize=5)
     ax_e.set_title("(c) with the combined embeddings e")
     argmax_image(ax_v, b.land, b.colors, alpha=0.35, zone_labels=False)
     token_points(ax_v, data.values, b.colors, b.vocab, label="token", size=8, edge="black",

@@ -63,8 +63,10 @@ def heatmap(ax, matrix, rows=None, cols=None, cmap_name=style.DIVERGING, vmin=No
     """A matrix as coloured cells (NaN in gray), optionally with each value written in its cell.
 
     Diverging maps are centred on zero with a symmetric range unless vmin/vmax are given.
-    Values are annotated by default when the matrix is small enough to read (<= 12 x 12).
+    Values are annotated by default when the matrix is small enough to read (<= 12 x 12), in
+    no less than style.MIN_FONT.
     """
+    fontsize = max(fontsize, style.MIN_FONT)
     m = np.asarray(matrix, dtype=float)
     if cmap_name == style.DIVERGING and vmin is None and vmax is None:
         vmax = symmetric(m)

@@ -78,6 +78,9 @@ def merged_text(keys: list[tuple[str, int]]) -> str:
                     sorted(by_position.items()))
 
 
+MIN_FONT = 5.0  # points: the smallest text of any figure, readable when a 7-inch figure prints
+
+
 def queue_labels(ax, xy, keys, colors, fontsize: float = 6.0, merge_px: float = 3.0):
     """Label the points `xy` (N, 2, data coordinates) once the layout is known (see `finish`).
 
@@ -88,21 +91,36 @@ def queue_labels(ax, xy, keys, colors, fontsize: float = 6.0, merge_px: float = 
     if not hasattr(fig, "_flatformer_labels"):
         fig._flatformer_labels = []
     fig._flatformer_labels.append((ax, np.asarray(xy, dtype=float).reshape(-1, 2), list(keys),
-                                   list(colors), fontsize, merge_px))
+                                   list(colors), max(fontsize, MIN_FONT), merge_px))
 
 
 def finish(fig):
     """Lay the figure out once, place its queued labels without overprinting, then freeze the
-    layout (saving would otherwise run the constrained layout again) and return the figure."""
+    layout (saving would otherwise run the constrained layout again) and return the figure.
+
+    A job whose labels cannot all find a free spot is placed again with points merged over a
+    wider radius (fewer, counted labels), up to MERGE_TRIES times."""
     fig.draw_without_rendering()
     jobs = getattr(fig, "_flatformer_labels", [])
     if jobs:
         renderer = fig.canvas.get_renderer()
-        for job in jobs:
-            _place(renderer, *job)
+        placed = np.zeros((0, 4))          # every label box so far, in figure pixels
+        for ax, xy, keys, colors, fontsize, merge_px in jobs:
+            for attempt in range(MERGE_TRIES):
+                arts, boxes, crowded = _place(renderer, ax, xy, keys, colors, fontsize,
+                                              merge_px * 2 ** attempt, placed)
+                if not crowded or attempt == MERGE_TRIES - 1:
+                    break
+                for art in arts:
+                    art.remove()
+            placed = np.vstack([placed, boxes])
         fig._flatformer_labels = []
     fig.set_layout_engine("none")
     return fig
+
+
+MERGE_TRIES = 5        # merge radius doubles each time: 3, 6, 12, 24, 48 points
+COUNTED = 4            # a label for more points than this names its tokens and counts them
 
 
 def _groups(px: np.ndarray, radius: float) -> list[list[int]]:
@@ -128,7 +146,22 @@ def _overlap(box, boxes):
     return np.clip(w, 0, None) * np.clip(h, 0, None)
 
 
-def _place(renderer, ax, xy, keys, colors, fontsize, merge_px):
+def _label_text(keys) -> str:
+    """The text of one label for the points with these keys."""
+    if any(k[1] is None for k in keys):
+        return " ".join(dict.fromkeys(str(k[0]) for k in keys))
+    if len(keys) == 1:
+        return point_text(*keys[0])
+    if len(keys) > COUNTED:        # a cluster: its tokens, and how many points it holds
+        tokens = list(dict.fromkeys(k[0] for k in keys))
+        shown = ",".join(tokens[:4]) + (",…" if len(tokens) > 4 else "")
+        return f"{shown} ×{len(keys)}"
+    return merged_text(keys)
+
+
+def _place(renderer, ax, xy, keys, colors, fontsize, merge_px, placed):
+    """Place one job's labels, never on another label; returns (the annotations, their boxes,
+    whether some label found no free spot)."""
     from matplotlib import patheffects
     from matplotlib.font_manager import FontProperties
     fig = ax.get_figure(root=True)
@@ -139,30 +172,28 @@ def _place(renderer, ax, xy, keys, colors, fontsize, merge_px):
         (px[:, 0] <= frame.x1) & (px[:, 1] >= frame.y0) & (px[:, 1] <= frame.y1)
     idx = np.flatnonzero(inside)
     if not len(idx):
-        return
+        return [], np.zeros((0, 4)), False
     groups = [[idx[i] for i in g] for g in _groups(px[idx], merge_px * px_per_pt)]
     # Hardest first would push easy labels away; isolated points go first and keep their spot.
     near = (np.linalg.norm(px[idx][:, None] - px[idx][None], axis=-1) < 25 * px_per_pt).sum(1)
     crowd = dict(zip(idx, near))
     groups.sort(key=lambda g: max(crowd[i] for i in g))
     mark = 2.0 * px_per_pt                            # half a marker, in pixels
-    obstacles = np.column_stack([px[idx] - mark, px[idx] + mark])
+    points = np.column_stack([px[idx] - mark, px[idx] + mark])
+    labels = np.asarray(placed, dtype=float).reshape(-1, 4)
     font = FontProperties(size=fontsize)
     step = 2.0 * px_per_pt
     angles = np.deg2rad([0, 90, 180, 270, 45, 135, 225, 315, 22, 158, 202, 338, 68, 112, 248,
                          292])
     outline = [patheffects.withStroke(linewidth=1.5, foreground="white")]
+    arts, boxes, crowded = [], [], False
     for g in groups:
         anchor = px[g].mean(0)
-        gkeys = [keys[i] for i in g]
-        if any(k[1] is None for k in gkeys):
-            text = " ".join(dict.fromkeys(str(k[0]) for k in gkeys))
-        else:
-            text = merged_text(gkeys) if len(g) > 1 else point_text(*gkeys[0])
+        text = _label_text([keys[i] for i in g])
         w, h, _ = renderer.get_text_width_height_descent(text, font, ismath=False)
-        w, h = w + 2, h + 2
+        w, h = w + 4, h + 4   # the outline and the glyphs' ink reach past the metrics
         best, best_cost = None, np.inf
-        for ring in range(1, 21):
+        for ring in range(1, 31):
             r = ring * step
             cx = anchor[0] + np.cos(angles) * (r + w / 2)
             cy = anchor[1] + np.sin(angles) * (r + h / 2)
@@ -170,7 +201,11 @@ def _place(renderer, ax, xy, keys, colors, fontsize, merge_px):
                 box = np.array([cx[a] - w / 2, cy[a] - h / 2, cx[a] + w / 2, cy[a] + h / 2])
                 out = max(frame.x0 - box[0], box[2] - frame.x1, frame.y0 - box[1],
                           box[3] - frame.y1, 0.0)
-                cost = _overlap(box, obstacles).sum() + 20 * out * h
+                # Labels never cover labels (text must stay legible); covering a point or
+                # leaving the frame only costs.
+                if _overlap(box, labels).sum() > 0:
+                    continue
+                cost = _overlap(box, points).sum() + 20 * out * h
                 if cost == 0:
                     best, best_cost = (box, ring), 0
                     break
@@ -179,6 +214,10 @@ def _place(renderer, ax, xy, keys, colors, fontsize, merge_px):
                     best, best_cost = (box, ring), cost
             if best_cost == 0:
                 break
+        if best is None:   # no free spot within 30 rings: on top, and try bigger clusters
+            crowded = True
+            best = (np.array([anchor[0] - w / 2, anchor[1] - h / 2, anchor[0] + w / 2,
+                              anchor[1] + h / 2]), 1)
         box, ring = best
         offset = ((box[0] + box[2]) / 2 - anchor[0], (box[1] + box[3]) / 2 - anchor[1])
         color = colors[g[0]] if len({colors[i] for i in g}) == 1 else "#333333"
@@ -191,4 +230,7 @@ def _place(renderer, ax, xy, keys, colors, fontsize, merge_px):
                           fontsize=fontsize, color=color, path_effects=outline,
                           arrowprops=arrow, annotation_clip=False, zorder=5)
         art.set_in_layout(False)
-        obstacles = np.vstack([obstacles, box[None]])
+        arts.append(art)
+        boxes.append(box)
+        labels = np.vstack([labels, box[None]])
+    return arts, np.array(boxes).reshape(-1, 4), crowded

@@ -398,9 +398,9 @@ def draw_attention_matrices(data: AttentionMatrices, fig=None):
     for row, (keys, pattern, lm_in, logits, probs) in zip(axes, data.rows):
         names = row_names(keys)
         heatmap(row[0], pattern, rows=names, cols=names, cmap_name=style.WEIGHTS, vmin=0,
-                vmax=1, annotate=T <= 10, fontsize=3.8, title="attention pattern")
+                vmax=1, annotate=T <= 10, fmt="{:.1f}", title="attention pattern")
         row[0].tick_params(axis="x", labelrotation=90)
-        heatmap(row[1], lm_in, rows=names, cols=dim_cols(d), annotate=d <= 3, fontsize=3.8,
+        heatmap(row[1], lm_in, rows=names, cols=dim_cols(d), annotate=d <= 3,
                 fmt="{:.1f}", title="LM-head input")
         heatmap(row[2], logits, rows=names, cols=data.vocab, annotate=False, title="logits")
         heatmap(row[3], probs, rows=names, cols=data.vocab, cmap_name=style.SEQUENTIAL, vmin=0,
@@ -463,7 +463,8 @@ def draw_value_arrows(data: ValueArrows, fig=None):
     colors = [data.colors[t] if t >= 0 else style.MASKED_COLOR for t in data.targets]
     ax = axes[0]
     ax.scatter(*data.start.T, c=colors, s=8, edgecolors="none", zorder=3)
-    ax.set_title("(a) original: e at the prediction")
+    ax.set_title(f"(a) original: e at the prediction\n{len(data.start)} predictions, "
+                 f"{int((~data.correct).sum())} wrong")
     ax = axes[1]
     origin = np.zeros_like(data.moved)
     ax.quiver(*origin.T, *data.moved.T, color=colors, angles="xy", scale_units="xy", scale=1,
@@ -479,9 +480,10 @@ def draw_value_arrows(data: ValueArrows, fig=None):
                linewidths=0.3, zorder=4)
     ax.scatter(*data.end[~ok].T, s=18, c=style.WRONG_COLOR, marker="x", linewidths=0.9,
                zorder=5)
-    ax.set_title(f"(c) z = e + Attn(e): right ● {ok.sum()}, wrong ✗ {(~ok).sum()}")
+    ax.set_title(f"(c) z = e + Attn(e)\nright ● {ok.sum()}, wrong ✗ {(~ok).sum()}")
     moved_limits = C.square_limits(origin, data.moved)
-    for a, lim in zip(axes, (data.limits, moved_limits, data.limits)):
+    start_limits = C.fitted_limits(data.start)
+    for a, lim in zip(axes, (start_limits, moved_limits, data.limits)):
         plane_axes(a, lim, data.plane)
     return finish(fig, data.note,
                   f"Value arrows at {len(data.targets)} held-out constrained predictions "

@@ -19,7 +19,7 @@ from .batches import by_length, next_token_logits
 from .knobs import (BETAS, Hooks, Knob, combine, head_means, knob_kls, mean_head, mlp_off,
                     positions_off, scale_scores, standard_knobs, switches, zero_head)
 from .landscape import Landscape, NotInPlane, landscape, output_logits, require_plane, unembed
-from .plane import Field, Plane, fit_plane, grid, square_limits
+from .plane import Field, Plane, fit_plane, fitted_limits, grid, square_limits
 from .points import (Embeddings, Projections, all_points, all_points_tokens, combined_points,
                      embeddings, head_outputs, point_label, point_scores, projections, qk_field,
                      write_heads)

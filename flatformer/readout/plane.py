@@ -79,6 +79,21 @@ def square_limits(*arrays: np.ndarray, pad: float = 0.08) -> tuple[float, float,
     return (centre[0] - half, centre[0] + half, centre[1] - half, centre[1] + half)
 
 
+def fitted_limits(*arrays: np.ndarray, pad: float = 0.08, max_ratio: float = 2.0):
+    """(x0, x1, y0, y1) fitted to the points of `arrays`: each axis spans its own points, and
+    the shorter span grows only as far as needed to keep the two spans within `max_ratio` of
+    each other (a panel drawn at equal aspect stays at most that elongated)."""
+    x0, x1, y0, y1 = square_limits(*arrays, pad=pad)
+    pts = np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1, 2) for a in arrays])
+    pts = pts[np.all(np.isfinite(pts), axis=1)]
+    if not len(pts):
+        return x0, x1, y0, y1
+    lo, hi = pts.min(0), pts.max(0)
+    centre, half = (lo + hi) / 2, np.maximum((hi - lo) / 2, 1e-6) * (1 + pad)
+    half = np.maximum(half, half.max() / max_ratio)
+    return (centre[0] - half[0], centre[0] + half[0], centre[1] - half[1], centre[1] + half[1])
+
+
 def grid(limits, resolution: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """xs (G,), ys (G,) and points (G, G, 2) with points[i, j] = (xs[j], ys[i]) (image order)."""
     xs = np.linspace(limits[0], limits[1], resolution)
