@@ -48,7 +48,6 @@ def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console
     from .explorer.export import export_run
     from .explorer.page import page_html
     from .analysis.report import analyze
-    from .commands.analyze import render_report
     from .report import Report, write_report
     from .runs import atomic_write, load_run
 
@@ -86,7 +85,6 @@ def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console
     start = stage(5, "interventions, lenses, circuits and the algorithm measured")
     analysis = analyze(run)
     atomic_write(out_dir / "analysis.json", (json.dumps(analysis, indent=1) + "\n").encode())
-    render_report(analysis)
     times.append(("analysis", time.perf_counter() - start))
 
     start = stage(6, "the report")
@@ -96,6 +94,35 @@ def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console
     report = Report(run, times, figures, mp4s, rows, explorer, circuit=analysis["edge_circuit"])
     times.append(("report", time.perf_counter() - start))
     path = write_report(report, out_dir / "report.html")
-    console.print(f"done in {sum(t for _, t in times):.0f} s: open {path}", markup=False,
-                  highlight=False)
+    for line in summary(run, analysis, times, path, figures, mp4s, explorer):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return path
+
+
+def summary(run, analysis: dict, times, report: Path, figures, movies, explorer) -> list[str]:
+    """About ten lines: the headline numbers, the algorithm step by step (the first measure
+    of each step), and where everything is. `flatformer analyze` prints the full tables."""
+    final = run.metrics[-1]
+    lines = [f"done in {sum(t for _, t in times):.0f} s: {run.config['task']}, "
+             f"{run.config.get('preset', 'custom')} ({run.cfg.n_params} parameters), step "
+             f"{final['step']}: held-out rule error {final['rule_error']:.2%}, loss "
+             f"{final['val_loss']:.4f}"]
+    seen = set()
+    for row in analysis.get("algorithm") or []:
+        if row["step"] not in seen:
+            seen.add(row["step"])
+            lines.append(f"  {row['step']}: {row['measure']}: {row['shown']}")
+    found = analysis.get("edge_circuit")
+    if found:
+        c = found["circuit"]
+        faith = "-" if c["faithfulness"] is None else f"{c['faithfulness']:.3f}"
+        lines.append(f"  circuit: {c['edges_kept']} of {c['edges_total']} edges keep {faith} "
+                     f"of the {found['metric']}")
+    folder = figures[0].parent if figures else run.path / "figures"
+    lines += [f"report    {report}",
+              f"explorer  {explorer}",
+              f"figures   {folder}/ ({len(figures)})",
+              f"movies    {run.path / 'movies'}/ ({len(movies)} MP4, each with a GIF)",
+              f"analysis  {report.parent / 'analysis.json'} (the tables: flatformer analyze "
+              f"{run.path})"]
+    return lines

@@ -34,6 +34,12 @@ def test_every_stage_shows_progress_and_writes_its_part(made):
     assert len(list((run / "movies").glob("*.mp4"))) == 5
     assert len(list((run / "movies").glob("*.gif"))) == 5
     assert (run / "explorer.html").exists() and (out / "analysis.json").exists()
+    # It ends with a short summary (numbers and where things are), not the analysis tables.
+    printed = result.stdout + result.stderr
+    tail = printed.split("6/6 report")[1].strip().splitlines()[1:]
+    assert 6 <= len(tail) <= 12, tail
+    assert tail[0].startswith("done in ") and "rule error" in tail[0]
+    assert any("report.html" in line for line in tail) and "Knobs" not in printed
 
 
 def test_the_report_loads_every_image_and_movie_offline(made, chromium):
@@ -48,8 +54,29 @@ def test_the_report_loads_every_image_and_movie_offline(made, chromium):
             or not r.url.endswith(".mp4") else None)
     page.goto(report.as_uri())
     page.wait_for_load_state("load")
+    # Images load lazily, as they are scrolled to: scroll through, then every one has loaded.
+    lazy = page.eval_on_selector_all("img", "els => els.map(e => e.loading)")
+    assert len(lazy) == 22 and set(lazy) == {"lazy"}
+    page.eval_on_selector_all("img", "els => els.forEach(e => e.scrollIntoView())")
+    page.wait_for_function("() => [...document.images].every(e => e.complete)")
     images = page.eval_on_selector_all("img", "els => els.map(e => [e.src, e.naturalWidth])")
-    assert len(images) == 22 and all(width > 0 for _, width in images), images
+    assert all(width > 0 for _, width in images), images
+    # A table of contents that stays in view, linking every section; sections fold.
+    links = page.eval_on_selector_all("nav.toc a", "els => els.map(e => e.getAttribute('href'))")
+    sections = page.eval_on_selector_all("main > details", "els => els.map(e => '#' + e.id)")
+    assert sections and set(sections) <= set(links)
+    assert page.evaluate("getComputedStyle(document.querySelector('nav.toc')).position") == \
+        "sticky"
+    page.click("#figures > summary")
+    assert not page.evaluate("document.getElementById('figures').open")
+    page.click("#figures > summary")
+    # Every movie shows its first frame before it plays, and its controls sit below it.
+    posters = page.eval_on_selector_all("video", "els => els.map(e => e.poster)")
+    assert len(posters) == 5 and all(posters)
+    assert page.evaluate("""() => [...document.querySelectorAll('figure.movie')].every(f => {
+        const v = f.querySelector('video').getBoundingClientRect();
+        return !f.querySelector('video').controls
+            && f.querySelector('.controls').getBoundingClientRect().top >= v.bottom; })""")
     page.eval_on_selector_all("video", "els => els.forEach(e => e.load())")
     page.wait_for_function("() => [...document.querySelectorAll('video')].every("
                            "v => v.readyState >= 1 && v.videoWidth > 0)", timeout=20000)
