@@ -1,16 +1,18 @@
 """The main job: train the paper's model, draw its figures and movies, write the explorer, the
-analysis and a report that links them all."""
+analysis and a report that links them all. A library function over `pipeline`'s stages: it
+prints nothing and imports nothing from the command layer; `commands/reproduce.py` shows it."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-
 from .errors import FlatformerError
+from .pipeline import (Progress, draw_suite, quiet, train_job, write_analysis, write_explorer,
+                       write_movies)
 
 STAGES = ["train", "figures", "movies", "explorer", "analysis", "report"]
 
@@ -39,17 +41,28 @@ def prepare_folder(out_dir: Path, wanted: dict, force: bool) -> bool:
     return False
 
 
-def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console: Console,
-              sets: list[str] | None = None):
-    from .cli import run_training
+@dataclass
+class Reproduced:
+    """What the main job made: the report, the analysis it measured, each stage's seconds, the
+    figures the model cannot have (with why) and a summary of about ten lines to print."""
+
+    report: Path
+    analysis: dict
+    times: list[tuple[str, float]]
+    skipped: list[str]
+    summary: list[str]
+
+
+def reproduce(task: str = "plus-last-even", preset: str | None = None,
+              out_dir: Path = Path("runs/reproduce"), force: bool = False,
+              progress: Progress = quiet, sets: list[str] | None = None) -> Reproduced:
+    """Train, draw, animate, export, analyse and report into `out_dir`, resuming the same run.
+
+    Besides each stage's own reports, `progress` gets ("reproduce", i, 6, "STAGE: what") as
+    stage i of the six begins."""
     from .jobs import build_job
-    from .commands.animate import write_movies
-    from .commands.figures import draw_suite
-    from .explorer.export import export_run
-    from .explorer.page import page_html
-    from .analysis.report import analyze
     from .report import Report, write_report
-    from .runs import atomic_write, load_run
+    from .runs import load_run
 
     out_dir = Path(out_dir)
     run_dir = out_dir / "run"
@@ -58,33 +71,29 @@ def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console
     times: list[tuple[str, float]] = []
 
     def stage(i: int, what: str):
-        console.rule(f"[bold]{i}/{len(STAGES)} {STAGES[i - 1]}[/]: {what}", align="left")
+        progress("reproduce", i, len(STAGES), f"{STAGES[i - 1]}: {what}")
         return time.perf_counter()
 
     start = stage(1, f"{job.task.name}, {job.cfg.n_params} parameters, into {run_dir}")
-    run_training(job, resume)
+    train_job(job, resume, progress)
     times.append(("train", time.perf_counter() - start))
     run = load_run(run_dir)
 
     start = stage(2, "the paper's figure suite")
-    _, _, written, skipped = draw_suite(run_dir, None, None, ["png"], None, None)
-    for message in skipped:
-        console.print(message, markup=False, highlight=False)
+    _, _, written, skipped = draw_suite(run_dir, formats=["png"], progress=progress)
     figures = sorted((p for p in written if p.suffix == ".png"), key=lambda p: p.name)
     times.append(("figures", time.perf_counter() - start))
 
     start = stage(3, "learning-dynamics movies, one frame per checkpoint")
-    movies = write_movies(run_dir)
+    movies, _ = write_movies(run_dir, progress=progress)
     times.append(("movies", time.perf_counter() - start))
 
     start = stage(4, "the live explorer")
-    explorer = run_dir / "explorer.html"
-    atomic_write(explorer, page_html(export_run(run)).encode("utf-8"))
+    explorer = write_explorer(run, run_dir / "explorer.html", progress)
     times.append(("explorer", time.perf_counter() - start))
 
     start = stage(5, "interventions, lenses, circuits and the algorithm measured")
-    analysis = analyze(run)
-    atomic_write(out_dir / "analysis.json", (json.dumps(analysis, indent=1) + "\n").encode())
+    analysis = write_analysis(run, out_dir / "analysis.json", progress)
     times.append(("analysis", time.perf_counter() - start))
 
     start = stage(6, "the report")
@@ -94,9 +103,8 @@ def reproduce(task: str, preset: str | None, out_dir: Path, force: bool, console
     report = Report(run, times, figures, mp4s, rows, explorer, circuit=analysis["edge_circuit"])
     times.append(("report", time.perf_counter() - start))
     path = write_report(report, out_dir / "report.html")
-    for line in summary(run, analysis, times, path, figures, mp4s, explorer):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return path
+    return Reproduced(path, analysis, times, skipped,
+                      summary(run, analysis, times, path, figures, mp4s, explorer))
 
 
 def summary(run, analysis: dict, times, report: Path, figures, movies, explorer) -> list[str]:

@@ -11,8 +11,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..cli import app, out
 from ..errors import FlatformerError
+from .app import app, out
 
 
 def _plain(text) -> Text:

@@ -10,9 +10,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..cli import app, console, out
 from ..errors import FlatformerError
 from ..limits import number, whole
+from .app import app, console, out
 
 
 def _f(x, spec=".3f") -> str:

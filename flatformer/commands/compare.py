@@ -15,8 +15,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..cli import app, out
 from ..errors import FlatformerError
+from .app import app, out
 
 
 def summary_table(rows) -> Table:

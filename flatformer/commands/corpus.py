@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..cli import app, out
+from .app import app, out
 
 
 @app.command()

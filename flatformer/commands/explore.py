@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from .. import limits
-from ..cli import app, out
 from ..errors import FlatformerError
+from .app import app, out
 
 
 MAX_PATH = 2048  # bytes of a request's path; the standard library caps each header line too

@@ -10,8 +10,8 @@ from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..cli import app, console, out, progress_display
 from ..errors import FlatformerError
+from .app import app, console, out, progress_display
 
 
 @app.command()

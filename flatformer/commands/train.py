@@ -1,0 +1,134 @@
+"""`flatformer tasks`, `train`, `eval` and `gradcheck`: the tasks, training a job and checking
+the engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from ..errors import FlatformerError
+from ..jobs import build_job
+from .app import ProgressDisplay, app, out
+
+
+def train_with_progress(job, resume: bool):
+    """`pipeline.train_job` with a progress bar named after the task."""
+    from ..pipeline import train_job
+    label = job.task.name if len(job.seeds) == 1 else f"{job.task.name} x{len(job.seeds)}"
+    with ProgressDisplay({"train": label}) as progress:
+        return train_job(job, resume, progress)
+
+
+def floor_line(loss: float, floor: dict) -> str:
+    """The held-out loss beside the lowest any model could reach (Task.loss_floor)."""
+    return (f"held-out loss {loss:.4f} nats; the task's entropy rate {floor['entropy_rate']:.4f} "
+            f"(the floor with endless context: {loss - floor['entropy_rate']:+.4f} above it), "
+            f"the best possible on these held-out windows {floor['floor']:.4f} "
+            f"({loss - floor['floor']:+.4f})")
+
+
+@app.command()
+def tasks():
+    """List every task with its vocabulary size, default preset and measured rule error."""
+    from ..tasks import TASKS
+    table = Table("task", "vocab", "default preset", "rule error", "what it asks")
+    for name, cls in sorted(TASKS.items()):
+        task = cls()
+        table.add_row(name, str(len(task.vocab)), task.model_label(), task.measured or "-",
+                      task.describe())
+    out.print(table)
+
+
+@app.command()
+def train(
+    task: Optional[str] = typer.Argument(None, help="Task name (see `flatformer tasks`); "
+                                         "omit it with --corpus."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Train on your own text file "
+                                          "instead (see `flatformer corpus FILE`)."),
+    tokenizer: Optional[str] = typer.Option(None, help="With --corpus: word (split at "
+                                            "whitespace) or char [word]."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Run folder [runs/TASK-seedS]."),
+    steps: Optional[int] = typer.Option(None, help="Training steps [recipe's, 20000]."),
+    seed: int = typer.Option(0, min=0, help="Seed naming the initialisation and batch order."),
+    seeds: Optional[str] = typer.Option(None, help="Train seeds A-B together, one folder each."),
+    preset_name: Optional[str] = typer.Option(None, "--preset", help="Model preset [task's]."),
+    recipe: Optional[str] = typer.Option(None, help="Recipe: default, paper or grokking "
+                                         "[task's: default, or grokking for modular-addition]."),
+    resume: bool = typer.Option(False, help="Continue a killed run where it stopped."),
+    sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model or recipe "
+                                              "field, e.g. --set lr=3e-3 --set d_mlp=16."),
+    dtype: Optional[str] = typer.Option(None, help="float64 (the default) or float32, for "
+                                        "bigger models: half the memory, faster matrix "
+                                        "products."),
+    engine: str = typer.Option("auto", help="auto: compiled (numba) for models up to "
+                               "d_model 32, else NumPy; numba; or numpy (the reference)."),
+):
+    """Train a model on a task and write its run folder."""
+    sets = (list(sets or []) + ([f"steps={steps}"] if steps is not None else [])
+            + ([f"dtype={dtype}"] if dtype is not None else []))
+    job, folder = build_job(task, preset_name, recipe, seed, seeds, out_dir, sets, corpus,
+                            tokenizer)
+    job = dataclasses.replace(job, engine=engine)
+    started = time.perf_counter()
+    trainer = train_with_progress(job, resume)
+    finals = [m[-1] for m in trainer.metrics]
+    seconds = time.perf_counter() - started
+    if len(finals) == 1:
+        out.print(f"{folder}: step {finals[0]['step']}, training loss "
+                  f"{finals[0]['train_loss']:.4f}, held-out loss {finals[0]['val_loss']:.4f}, "
+                  f"rule error {finals[0]['rule_error']:.2%} ({seconds:.1f} s)", markup=False,
+                  soft_wrap=True)
+        floor = job.task.loss_floor(trainer.data)
+        if floor:
+            out.print(floor_line(finals[0]["val_loss"], floor), markup=False, soft_wrap=True)
+    else:
+        learned = sum(f["rule_error"] <= 0.01 for f in finals)
+        out.print(f"{folder}: {len(finals)} seeds, {learned} at rule error <= 1% "
+                  f"({seconds:.1f} s)", markup=False, soft_wrap=True)
+
+
+@app.command("eval")
+def eval_cmd(run: Path = typer.Argument(..., help="A run folder."),
+             step: Optional[int] = typer.Option(None, help="Checkpoint step [last]."),
+             as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")):
+    """Held-out loss and rule error of a run's checkpoint."""
+    from ..evaluate import evaluate_run
+    result = evaluate_run(run, step)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        out.print(f"{run}: step {result['step']}, held-out loss {result['loss']:.4f}, "
+                  f"rule error {result['rule_error']:.2%}", markup=False, soft_wrap=True)
+        if "loss_floor" in result:
+            out.print(floor_line(result["loss"], result["loss_floor"]), markup=False,
+                      soft_wrap=True)
+
+
+@app.command()
+def gradcheck(preset_name: str = typer.Option("paper-2d", "--preset", help="Model preset."),
+              vocab: int = typer.Option(12, help="Vocabulary size."),
+              layers: Optional[int] = typer.Option(None, help="Override n_layers.")):
+    """Check the hand-written gradient against central differences: PASS when the worst
+    relative error is at most 1e-6, else FAIL and a non-zero exit."""
+    from ..config import preset
+    from ..gradcheck import THRESHOLD
+    from ..gradcheck import gradcheck as check
+    cfg = preset(preset_name, vocab, **({"n_layers": layers} if layers is not None else {}))
+    worst = check(cfg)
+    table = Table("tensor", "worst relative error")
+    for name, err in worst.items():
+        table.add_row(name, f"{err:.2e}")
+    out.print(table)
+    top = max(worst.values())
+    verdict = "PASS" if top <= THRESHOLD else "FAIL"
+    out.print(f"{verdict}: {preset_name} ({cfg.n_params} parameters), worst relative error "
+              f"{top:.2e} {'<=' if top <= THRESHOLD else '>'} threshold {THRESHOLD:.0e}",
+              markup=False, highlight=False, soft_wrap=True)
+    if top > THRESHOLD:
+        raise FlatformerError(f"gradient check failed: {top:.2e} > {THRESHOLD:.0e}")

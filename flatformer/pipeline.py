@@ -1,0 +1,223 @@
+"""The stages of the main job as library functions: train a job, draw the figure suite, write
+the movies, the explorer and the analysis. Each takes a progress callback and prints nothing;
+the commands (`commands/`) and `reproduce.py` are thin callers that show the progress.
+
+A callback is `progress(stage, i, n, message)`: stage is "train", "figures", "movies",
+"explorer" or "analysis", i of n units done (n = 0 while the total is not known yet), and a
+short message saying what is happening (a loss, a figure's name). Stage "note" carries a line
+to keep rather than a state of progress (a run capped by FLATFORMER_MAX_STEPS says so).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Callable
+
+from .errors import FlatformerError
+from .limits import processes
+
+Progress = Callable[[str, int, int, str], None]
+
+
+def quiet(stage: str, i: int, n: int, message: str):
+    """The callback that shows nothing."""
+
+
+# --------------------------------------------------------------------------- train
+
+def train_info(trainer) -> str:
+    """The latest held-out numbers of a trainer: one seed's, or the median over many."""
+    rows = [m[-1] for m in trainer.metrics if m]
+    if not rows:
+        return ""
+    losses = sorted(r["val_loss"] for r in rows)
+    errors = sorted(r["rule_error"] for r in rows)
+    if len(rows) == 1:
+        return f"loss {losses[0]:.3f}, rule error {errors[0]:.1%}"
+    return (f"median loss {losses[len(losses) // 2]:.3f}, "
+            f"rule error {errors[len(errors) // 2]:.1%}")
+
+
+def train_job(job, resume: bool = False, progress: Progress = quiet):
+    """Train `job` (a `train.Job`), reporting every 100 steps; returns the Trainer."""
+    from .jobs import capped_note
+    from .train import train
+    total, note = job.recipe.steps, capped_note(job)
+    started = []
+
+    def report(trainer):
+        if trainer.step % 100 and trainer.step != total:
+            return
+        if note and not started:   # on the first report: a refused folder shows only its error
+            progress("note", 0, 0, note)
+        started.append(True)
+        progress("train", trainer.step, total, train_info(trainer))
+    return train(job, resume=resume, progress=report)
+
+
+# --------------------------------------------------------------------------- figures
+
+FORMATS = ("png", "pdf", "svg")
+# Fixed metadata keeps vector files byte-identical between runs (no creation dates).
+METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "ModDate": None},
+            "svg": {"Date": None}}
+
+
+def parse_formats(text: str) -> list[str]:
+    formats = [f.strip().lower().lstrip(".") for f in text.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise FlatformerError(f"--format takes a comma list of {', '.join(FORMATS)}, "
+                              f"got {text!r}")
+    return list(dict.fromkeys(formats))
+
+
+def select(names: list[str], only: str | None) -> list[str]:
+    """The figures to draw: all, or those matching a comma list of names or name prefixes."""
+    if not only:
+        return names
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    picked = [n for n in names if any(n == w or n.startswith(w) for w in wanted)]
+    unknown = [w for w in wanted if not any(n == w or n.startswith(w) for n in names)]
+    if unknown:
+        raise FlatformerError(f"--only: no figure named {unknown[0]!r}; figures: "
+                              f"{', '.join(names)}")
+    return picked
+
+
+def save(fig, path: Path, fmt: str):
+    """Write a figure atomically (a killed run never leaves half a file)."""
+    import matplotlib
+
+    from .figures.panels import RC
+    from .figures.style import DPI
+    from .runs import atomic_write
+    buffer = io.BytesIO()
+    with matplotlib.rc_context(RC):   # vector text settings apply when the file is written
+        fig.savefig(buffer, format=fmt, dpi=DPI, metadata=METADATA[fmt])
+    atomic_write(path, buffer.getvalue())
+
+
+_JOB: dict = {}   # what a forked worker draws from: set by draw_suite before the fork
+
+
+def draw_one(name: str) -> tuple[str, list[Path], str | None]:
+    """Draw and save one figure of the current job: (name, written paths, skip message)."""
+    from .figures import NotInPlane
+    ctx, folder, formats = _JOB["ctx"], _JOB["folder"], _JOB["formats"]
+    compute, draw = _JOB["figures"][name]
+    try:
+        fig = draw(compute(ctx))
+    except NotInPlane as exc:
+        return name, [], f"skipped {name}: {exc}"
+    paths = []
+    for fmt in formats:
+        paths.append(folder / f"{name}.{fmt}")
+        save(fig, paths[-1], fmt)
+    return name, paths, None
+
+
+def draw_suite(run_path: Path, step: int | None = None, sequence: str | None = None,
+               formats=("png",), out_dir: Path | None = None, only: str | None = None,
+               jobs: int = 2, progress: Progress = quiet):
+    """Draw every selected figure, in `jobs` forked processes; returns (context, folder,
+    written paths, skip messages)."""
+    import multiprocessing
+
+    from .figures import FigureContext, NotInPlane, figures_for
+    from .runs import load_run
+    run = load_run(run_path)
+    ctx = FigureContext(run, step, sequence)
+    registry = figures_for(run.task)
+    names = select(list(registry), only)
+    folder = Path(out_dir) if out_dir else run.path / "figures" / f"step_{ctx.step:06d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    # Shared computations happen once, before any fork, so workers inherit them.
+    ctx.trace, ctx.projections, ctx.embeddings, ctx.limits
+    try:
+        ctx.landscape
+    except NotInPlane:
+        pass
+    if any(n.startswith("grok") for n in names):
+        ctx.grokking   # modular-addition: the measures over every checkpoint, once for all
+    _JOB.update(ctx=ctx, folder=folder, formats=list(formats), figures=registry)
+    written, skipped = [], []
+    forking = jobs > 1 and len(names) > 1 and "fork" in multiprocessing.get_all_start_methods()
+    # Workers fork before the caller's progress display draws (a display may run a refresh
+    # thread, and a lock held by another thread would stay locked in the child).
+    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(names))) if forking else None
+    try:
+        progress("figures", 0, len(names), "")
+        results = pool.imap_unordered(draw_one, names) if pool else map(draw_one, names)
+        for done, (name, paths, message) in enumerate(results, 1):
+            written += paths
+            skipped += [message] if message else []
+            progress("figures", done, len(names), name)
+    finally:
+        if pool:
+            pool.terminate()
+            pool.join()
+    _JOB.clear()
+    order = {n: i for i, n in enumerate(names)}
+    skipped.sort(key=lambda m: order[m.split()[1].rstrip(":")])
+    written.sort(key=lambda p: (order[p.stem], p.suffix))
+    return ctx, folder, written, skipped
+
+
+# --------------------------------------------------------------------------- movies
+
+MAX_FPS = 50  # browsers play GIF delays under 20 ms at 100 ms, so faster GIFs would be slower
+
+
+def write_movies(run_dir: Path, movies: str | None = None, formats: str | None = None,
+                 fps: int = 20, head: int = 0, workers: int = 2, out_dir: Path | None = None,
+                 progress: Progress = quiet) -> tuple[dict[str, list[Path]], dict[str, str]]:
+    """Render the movies of the run in `run_dir` to `out_dir` (default RUN/movies); returns
+    ({movie: [paths]}, {movie this model cannot have: why})."""
+    if not 1 <= fps <= MAX_FPS:
+        raise FlatformerError(f"--fps must be between 1 and {MAX_FPS}, got {fps}")
+    processes("--workers", workers)
+    from . import movies as mv
+    from .runs import load_run
+    run = load_run(run_dir)
+    names = mv.movie_names(movies, run.config.get("task"))
+    chosen = mv.formats(formats)
+    progress("movies", 0, 0, "loading checkpoints and computing every frame")
+    ck = mv.load_checkpoints(run)
+    scenes, skipped = mv.prepare(ck, names, head)
+    if not scenes:
+        raise FlatformerError("none of the requested movies can be made for this run")
+    folder = Path(out_dir) if out_dir else run.path / "movies"
+    total = sum(len(s) for s in scenes)
+    label = f"{len(scenes)} movies x {len(ck)} frames"
+    progress("movies", 0, total, label)
+    written = mv.render(scenes, folder, chosen, fps, workers,
+                        progress=lambda done: progress("movies", done, total, label))
+    return written, skipped
+
+
+# --------------------------------------------------------------------------- explorer, analysis
+
+def write_explorer(run, path: Path, progress: Progress = quiet) -> Path:
+    """The run's live explorer page, written to `path`."""
+    from .explorer.export import export_run
+    from .explorer.page import page_html
+    from .runs import atomic_write
+    progress("explorer", 0, 1, "exporting every checkpoint")
+    atomic_write(Path(path), page_html(export_run(run)).encode("utf-8"))
+    progress("explorer", 1, 1, str(path))
+    return Path(path)
+
+
+def write_analysis(run, path: Path, progress: Progress = quiet) -> dict:
+    """The measured analysis of the run's last checkpoint (`analysis.report.analyze`), written
+    to `path` as JSON; returns it."""
+    from .analysis.report import analyze
+    from .runs import atomic_write
+    progress("analysis", 0, 1, "interventions, lenses, circuits and the algorithm")
+    analysis = analyze(run)
+    atomic_write(Path(path), (json.dumps(analysis, indent=1) + "\n").encode())
+    progress("analysis", 1, 1, str(path))
+    return analysis
