@@ -62,9 +62,9 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum())
 
 
-def kl(changed, original):
-    """KL(changed || original) in nats, the page's definition."""
-    a, b = log_softmax(changed), log_softmax(original)
+def kl(original, changed):
+    """KL(original || changed) in nats, the page's and the analysis's definition."""
+    a, b = log_softmax(original), log_softmax(changed)
     return float((np.exp(a) * (a - b)).sum())
 
 
@@ -110,8 +110,8 @@ def test_self_check_passes_and_every_panel_shows_its_hooks(chromium, page_of, re
                     values = [float(v) for v in box.get_attribute("data-values").split(",")]
                     s = np.linalg.svd(matrix, compute_uv=False)
                     np.testing.assert_allclose(values, s, atol=1e-12 * s[0])
-                    top3 = float(box.get_attribute("data-top3"))
-                    assert abs(top3 - (s[:3] ** 2).sum() / (s ** 2).sum()) < 1e-12
+                    top_k = float(box.get_attribute("data-top-k"))
+                    assert abs(top_k - (s[:3] ** 2).sum() / (s ** 2).sum()) < 1e-12
         # Logit lens: the top token of every stage and position, from the Python cache.
         tokens = page.evaluate("explorer.state.seq")
         _, cache = run.model().run_with_cache(tokens)
@@ -246,7 +246,7 @@ def test_switching_a_head_off_shows_the_python_kl(chromium, page_of, request, fi
         tokens = state(page)["seq"]
     model = run.model()
     changed = model(tokens, hooks={f"blocks.{layer}.attn.hook_z": zero_head(head)})[0, -1]
-    expected = kl(changed, model(tokens)[0, -1])
+    expected = kl(model(tokens)[0, -1], changed)
     assert expected > 1e-6                   # the head matters, so the check has teeth
     assert abs(shown - expected) < 1e-9
 
@@ -266,7 +266,7 @@ def test_every_knob_equals_its_python_hook(chromium, page_of, two_layer_run):
              "blocks.1.attn.hook_attn_scores": scale}
     model = run.model()
     tokens = [3, 11, 4, 8]
-    expected = kl(model(tokens, hooks=hooks)[0, -1], model(tokens)[0, -1])
+    expected = kl(model(tokens)[0, -1], model(tokens, hooks=hooks)[0, -1])
     assert abs(shown - expected) < 1e-9
 
 
@@ -465,3 +465,34 @@ def test_the_circuit_panel_equals_python_edge_ablation(chromium, page_of, reques
         logits = graph.forward(seq[None], refs, mask[None])[0][0, 0, -1]
         np.testing.assert_allclose(page.evaluate("explorer.edges.logits"), logits, atol=1e-9,
                                    rtol=0)
+
+
+@pytest.mark.parametrize("fixture", RUNS)
+def test_every_knob_on_the_page_equals_analyze_json(chromium, page_of, request, fixture,
+                                                    tmp_path):
+    """The page's knob table and `flatformer analyze --json` are one definition: the same knobs
+    (zero and mean ablation of every head, every MLP, positions, each beta), the same KL
+    direction, the same numbers to 1e-9 on the same prompt."""
+    import json
+
+    from clitools import cli
+    run = load_run(request.getfixturevalue(fixture))
+    with visit(chromium, page_of(run.path)) as page:
+        tokens = state(page)["seq"]
+        rows = page.eval_on_selector_all("#ablations tr[data-knob]",
+                                         "els => els.map(e => [e.dataset.knob, e.dataset.kl])")
+        text = page.text_content("#knobs")
+    assert "KL(original ‖ changed)" in text
+    prompts = tmp_path / "prompt.txt"
+    prompts.write_text(run.task.decode(tokens) + "\n")
+    result = cli("analyze", run.path, "--json", "--prompts", prompts)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["kl"] == "KL(original || changed)"
+    expected = {knob["name"]: knob["kl"][0] for knob in report["knobs"]}
+    shown = {name: float(value) for name, value in rows}
+    assert list(shown) == list(expected)              # same knobs, same order
+    assert any(name.endswith("mean") for name in shown) and "beta 0.5" in shown
+    assert max(expected.values()) > 1e-6               # some knob matters: the check has teeth
+    for name, value in expected.items():
+        assert abs(shown[name] - value) < 1e-9, name

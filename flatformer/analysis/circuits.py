@@ -32,6 +32,9 @@ class HeadCircuits:
         return top_k_mass(self.ov_singular, k)
 
 
+TOP_K = 3   # the default k of the top-k share: `flatformer analyze --k` and the explorer page
+
+
 def top_k_mass(singular: np.ndarray, k: int) -> float:
     """Share of the squared singular values (the squared Frobenius norm) in the top k."""
     squared = np.sort(np.asarray(singular, dtype=float))[::-1] ** 2
@@ -53,9 +56,9 @@ def head_circuits(model: Transformer) -> list[HeadCircuits]:
     return heads
 
 
-def circuit_table(model: Transformer, k: int = 3) -> list[dict]:
+def circuit_table(model: Transformer, k: int = TOP_K) -> list[dict]:
     """One row per head: singular values of QK and OV and the share of squared mass in the top
-    k (the simulator page's table; k = 3 there), k at most the rank d_head."""
+    k (the explorer page shows the same share for k = TOP_K), k at most the rank d_head."""
     rows = []
     rank = model.cfg.d_head
     k = min(k, rank)  # "top 3" of a rank-2 matrix would read as a third direction

@@ -11,15 +11,14 @@ from ..errors import FlatformerError
 from ..evaluate import evaluate
 from ..limits import read_text
 from ..model import Params
-from ..readout import by_length, knob_kls, standard_knobs
+from ..readout import KL_DIRECTION, by_length, knob_kls, reference_windows, standard_knobs
 from .algorithm import run_checks
-from .circuits import circuit_table
+from .circuits import TOP_K, circuit_table
 from .grokking import progress
 from .lens import contributions, lens_note, lens_summary
 
 MAX_PROMPTS = 200
 MAX_PROMPTS_BYTES = 1_000_000  # a prompts file is read whole
-MAX_REFERENCE = 512
 
 
 def default_prompts(task, data: TaskData, limit: int = MAX_PROMPTS) -> list[np.ndarray]:
@@ -84,7 +83,7 @@ def attribution(model, prompts) -> tuple[list[dict], float]:
 
 
 def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = None,
-            prompt_source: str | None = None, k: int = 3) -> dict:
+            prompt_source: str | None = None, k: int = TOP_K) -> dict:
     """Everything `flatformer analyze` reports about one checkpoint of a run."""
     step = run.resolve_step(step)
     model, task = run.model(step), run.task
@@ -92,7 +91,7 @@ def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = Non
     loss, rule_error = evaluate(Params.stack(run.cfg, [model.tensors]), data)
     if prompts is None:
         prompts, prompt_source = default_prompts(task, data), "held-out"
-    kls = knob_kls(model, prompts, standard_knobs(model, data.val_inputs[:MAX_REFERENCE]))
+    kls = knob_kls(model, prompts, standard_knobs(model, reference_windows(data)))
     pushes, exact = attribution(model, prompts)
     report = {
         "run": str(run.path), "task": task.name, "step": step, "preset": run.config.get("preset"),
@@ -102,6 +101,7 @@ def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = Non
         "prompts": {"count": len(prompts), "source": prompt_source or "given",
                     "text": [task.decode(p) for p in prompts]},
         "algorithm": run_checks(model, task, data),
+        "kl": KL_DIRECTION,
         "knobs": [{"name": name, **_summary(values), "kl": values.tolist()}
                   for name, values in kls.items()],
         "lens": {"note": lens_note(model), "stages": lens_summary(model, prompts),

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.circuits import TOP_K
 from ..errors import FlatformerError
 from .app import app, out
 
@@ -47,7 +48,7 @@ def render_report(report: dict):
     else:
         out.print(_plain(f"(the task {report['task']} declares no algorithm checks)"))
     prompts = report["prompts"]
-    table = _table(f"Knobs: KL(original || changed) of the next token, nats, over "
+    table = _table(f"Knobs: {report['kl']} of the next token, nats, over "
                    f"{prompts['count']} {prompts['source']} prompts",
                    "knob", "min", "median", "max", "prompt with the max")
     table.columns[-1].justify = "left"
@@ -148,7 +149,8 @@ def analyze(
                                            "[the task's demo and held-out windows]."),
     patch: Optional[Tuple[str, str]] = typer.Option(None, help="Two prompts of equal length, "
                                                     "CLEAN CORRUPT: patch one into the other."),
-    k: int = typer.Option(3, help="Top k singular values whose share of the mass is reported."),
+    k: int = typer.Option(TOP_K, help="Top k singular values whose share of the mass is "
+                          "reported (the explorer page shows the default)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Measure a checkpoint: the task's algorithm, knobs (head/MLP/position ablations, attention

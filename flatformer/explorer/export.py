@@ -15,8 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..analysis.circuits import TOP_K
 from ..config import ModelConfig
+from ..data import TaskData
 from ..errors import FlatformerError
+from ..readout import BETAS, KL_DIRECTION, reference_windows
 from ..runs import Run, load_run
 from ..transformer import Transformer
 
@@ -96,8 +99,12 @@ def encode_demo(text: str, vocab: list[str], n_ctx: int) -> list[int] | None:
 
 def build_export(cfg: ModelConfig, vocab: list[str], checkpoints: list[tuple[int, dict]],
                  step: int, *, title: str, task: str | None = None, preset: str | None = None,
-                 demo: str = "", focus: str = "", metrics: list[dict] | None = None) -> dict:
-    """The page's data for checkpoints [(step, tensors)], ascending, showing `step` first."""
+                 demo: str = "", focus: str = "", metrics: list[dict] | None = None,
+                 mean_windows: np.ndarray | None = None) -> dict:
+    """The page's data for checkpoints [(step, tensors)], ascending, showing `step` first.
+
+    `mean_windows` are the held-out windows mean ablation averages over (the analysis's own,
+    `readout.reference_windows`); without them the page offers no mean ablation."""
     vocab = check_vocab(cfg, vocab)
     steps = [s for s, _ in checkpoints]
     if step not in steps:
@@ -126,6 +133,10 @@ def build_export(cfg: ModelConfig, vocab: list[str], checkpoints: list[tuple[int
         "weights": pack(weights),
         "metrics": curve,
         "reference": {"step": step, "prompts": prompts, "logits": pack(logits)},
+        # One definition of every measure the page shares with `flatformer analyze`.
+        "measures": {"kl": KL_DIRECTION, "betas": list(BETAS), "top_k": TOP_K,
+                     "mean_windows": None if mean_windows is None else
+                     np.asarray(mean_windows).astype(int).tolist()},
     }
 
 
@@ -150,12 +161,15 @@ def export_run(run: Run | str | Path, step: int | None = None,
     try:
         task = run.task
         task_name, demo, focus, known = task.name, task.demo, task.focus, True
+        windows = reference_windows(TaskData.build(task, run.cfg.n_ctx,
+                                                   run.config.get("data_seed", 0)))
     except FlatformerError:  # a task this version does not know: the page works without it
-        task, task_name, demo, focus, known = None, run.config.get("task"), "", "", False
+        task, task_name, demo, focus, known, windows = (None, run.config.get("task"), "", "",
+                                                       False, None)
     data = build_export(run.cfg, run.vocab, [(s, run.weights(s)) for s in steps], step,
                         title=Path(run.path).name, task=task_name,
                         preset=run.config.get("preset"), demo=demo, focus=focus,
-                        metrics=run.metrics)
+                        metrics=run.metrics, mean_windows=windows)
     if known:
         data["circuit"] = circuit_export(run, step)
     if known and task_name == "modular-addition":
@@ -167,7 +181,6 @@ def circuit_export(run: Run, step: int) -> dict:
     """What the page's circuit panel needs beyond the weights: the held-out windows that mean
     ablation averages over (the page averages the senders' outputs itself, at any checkpoint),
     and the circuit `flatformer circuits` finds at `step` (mean ablation, default metric)."""
-    from ..data import TaskData
     from ..edges.methods import build_problem, find_circuits
     data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
     problem = build_problem(run.model(step), run.task, data, "mean")

@@ -1,13 +1,19 @@
-// The transformer in JavaScript: flatformer/model.py line for line, in float64, with no DOM.
+// The transformer in JavaScript: the forward pass of flatformer/model.py, one sequence at a
+// time (no seed or batch axis), in float64, with no DOM; and the measures the page shows, each
+// the definition of flatformer/readout (softmax, KL, entropy, the sampler, knobs) or of
+// analysis/circuits (singular values and their top-k share), and the edge graph of
+// flatformer/edges. Tests hold every number to Python's within 1e-9.
 //
 // A model is {cfg, w} where w maps TransformerLens parameter names to {data, shape} over one
 // Float64Array. `forward` returns the logits and a cache of every named activation (shapes as
 // in TransformerLens without the batch axis: hook_q is [T][H][dh], hook_pattern [H][T][T]).
-// Knobs are the hooks the explorer offers, each equal to a Python hook:
-//   posOff           hook_pos_embed -> 0
-//   headsOff ["L.H"] blocks.L.attn.hook_z[:, H] -> 0
-//   mlpOff [L]       blocks.L.hook_mlp_out -> 0
-//   beta             blocks.*.attn.hook_attn_scores -> beta * scores (masked entries stay -inf)
+// Knobs are the hooks of flatformer/readout/knobs.py, each applied to the same activation:
+//   posOff              hook_pos_embed -> 0
+//   headsOff ["L.H"]    blocks.L.attn.hook_z[:, H] -> 0                      (zero ablation)
+//   headsMean {"L.H": means[L]}  blocks.L.attn.hook_z[:, H] -> its mean over the reference
+//                       windows at each position, means from `headMeans`     (mean ablation)
+//   mlpOff [L]          blocks.L.hook_mlp_out -> 0
+//   beta                blocks.*.attn.hook_attn_scores -> beta * scores (masked entries stay -inf)
 "use strict";
 
 const FlatModel = (() => {
@@ -235,6 +241,10 @@ const FlatModel = (() => {
       }
       cache[b + "attn.hook_attn_scores"] = scores;                               // [H][T][T]
       cache[b + "attn.hook_pattern"] = pattern;
+      for (let h = 0; h < H; h++) {
+        const mean = (knobs.headsMean || {})[`${l}.${h}`];
+        if (mean) for (let i = 0; i < T; i++) z[i][h] = mean[i][h].slice();
+      }
       cache[b + "attn.hook_z"] = z;                                              // [T][H][dh]
       const attnOut = z.map((zi) => {
         const flat = zi.flat();                                                  // head-major
@@ -340,7 +350,24 @@ const FlatModel = (() => {
     return {argmax, entropy: ent, G};
   }
 
-  // KL(P || Q) in nats between the distributions of two logit vectors.
+  // Each layer's hook_z averaged over reference windows (all n_ctx long), per position:
+  // {layer: [T][H][dh]}, the means a mean-ablated head writes (readout.knobs.head_means).
+  function headMeans(model, windows) {
+    const {cfg} = model, sums = {};
+    for (const window of windows) {
+      const {cache} = forward(model, window);
+      for (let l = 0; l < cfg.n_layers; l++) {
+        const z = cache[`blocks.${l}.attn.hook_z`];
+        if (!sums[l]) sums[l] = z.map((zi) => zi.map((v) => v.slice()));
+        else z.forEach((zi, i) => zi.forEach((v, h) => v.forEach((x, c) => { sums[l][i][h][c] += x; })));
+      }
+    }
+    for (const l in sums) sums[l].forEach((zi) => zi.forEach((v) => v.forEach((_, c) => { v[c] /= windows.length; })));
+    return sums;
+  }
+
+  // KL(P || Q) in nats between the distributions of two logit vectors. A knob's cost is
+  // kl(original, changed): KL(original || changed), as in flatformer/readout/probs.py.
   function kl(logitsP, logitsQ) {
     const lp = logSoftmax(logitsP), lq = logSoftmax(logitsQ);
     let total = 0;
@@ -448,7 +475,7 @@ const FlatModel = (() => {
   }
 
   // A head's circuits: QK = W_Q W_K^T (d x d) and OV = W_V W_O (d x d), or W_V without W_O.
-  function circuits(model, layer, h) {
+  function circuits(model, layer, h, k = 3) {
     const {cfg, w} = model, d = cfg.d_model, dh = cfg.d_head, b = `blocks.${layer}.attn.`;
     const mat = (name) => Array.from({length: d}, (_, i) =>
       Array.from(w[b + name].data.subarray((h * d + i) * dh, (h * d + i + 1) * dh)));
@@ -462,9 +489,9 @@ const FlatModel = (() => {
     const describe = (M) => {
       const s = svd(M).s;
       const sq = s.map((x) => x * x), total = sq.reduce((a, x) => a + x, 0);
-      const k = Math.min(3, dh);  // at most the rank: "top 3" of a rank-2 matrix misleads
-      const top = sq.slice(0, k).reduce((a, x) => a + x, 0);
-      return {matrix: M, s, k, top3: total > 0 ? top / total : 0};
+      const kk = Math.min(k, dh);  // at most the rank: "top 3" of a rank-2 matrix misleads
+      const top = sq.slice(0, kk).reduce((a, x) => a + x, 0);   // analysis.circuits.top_k_mass
+      return {matrix: M, s, k: kk, topK: total > 0 ? top / total : 1};
     };
     return {QK: describe(QK), OV: describe(OV)};
   }
@@ -598,7 +625,7 @@ const FlatModel = (() => {
 
   return {
     edgeGraph, edgeForward, meanOutputs,
-    attnOnly, paramShapes, nParams, unpack, hookNames, forward, outputMap, outputGrid, project, attnInput, mlp,
+    attnOnly, paramShapes, nParams, unpack, hookNames, forward, headMeans, outputMap, outputGrid, project, attnInput, mlp,
     unembed, softmax, logSoftmax, kl, entropy, sampling, mulberry32, pick, generate, svd,
     circuits, pca2, projectPlane, liftPlane, layerNorm,
   };

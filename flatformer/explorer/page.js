@@ -149,7 +149,7 @@
     const model = modelAt(state.step), seq = state.seq, T = seq.length;
     const run = M.forward(model, seq, knobsOf(state));
     const base = changedKnobs(state) ? M.forward(model, seq) : run;
-    const kl = run.logits.map((lg, i) => M.kl(lg, base.logits[i]));      // KL(changed || original)
+    const kl = run.logits.map((lg, i) => M.kl(base.logits[i], lg));      // KL(original || changed)
     let cell = state.cell;
     if (!cell) {
       // By default: the task's focus token (e.g. "+") where it last occurs, else the last
@@ -346,8 +346,8 @@
       next.textContent = `next: ${word(top)} (${(100 * p[top]).toFixed(1)}%)`;
       kl.dataset.value = String(c.kl[last]);
       kl.textContent = changedKnobs(state)
-        ? `KL(changed ‖ original) = ${fmt(c.kl[last], 4)} nats`
-        : "KL(changed ‖ original) = 0 (no knob changed)";
+        ? `KL(original ‖ changed) = ${fmt(c.kl[last], 4)} nats`
+        : "KL(original ‖ changed) = 0 (no knob changed)";
       kl.title = `exact: ${String(c.kl[last])} nats, next-token distribution at position ${last}`;
       el.classList.toggle("changed", changedKnobs(state));
     }};
@@ -627,7 +627,7 @@
   // ---- Knobs: what each single change costs on this prompt ----
   function knobsPanel() {
     const el = section("knobs", "Knobs",
-      "Each knob is a hook on one named activation; the page reruns the model and reports the KL divergence of the changed next-token distribution from the original, KL(changed ‖ original) = Σ p′ log(p′/p), in nats. Generation above uses the changed model.");
+      "Each knob is a hook on one named activation; the page reruns the model and reports the KL divergence of the changed next-token distribution p′ from the original p, KL(original ‖ changed) = Σ p log(p/p′), in nats: the same knobs and the same measure as `flatformer analyze`. Generation above uses the changed model.");
     const perPos = heat("KL per position (current knobs)", null, 8, {kind: "sequential", cell: 40, values: true,
       describe: (i, j, v) => [`position ${j}`, `KL ${String(v)} nats`]});
     const table = h("table", {class: "ablations", id: "ablations"});
@@ -639,24 +639,28 @@
       if (key === shown) return;   // the table does not depend on the current knobs
       shown = key;
       const model = c.model, seq = c.seq, base = c.base.logits[c.T - 1];
-      const options = [];
-      for (let l = 0; l < L; l++) for (let hd = 0; hd < H; hd++) options.push([`head ${l}.${hd} off`, `blocks.${l}.attn.hook_z[:, :, ${hd}] = 0`, {off: [`${l}.${hd}`]}]);
-      if (!M.attnOnly(cfg)) for (let l = 0; l < L; l++) options.push([`MLP ${l} off`, `blocks.${l}.hook_mlp_out = 0`, {mlp: [l]}]);
+      // The knobs of readout.knobs.standard_knobs, in its order and under its names.
+      const options = [], windows = DATA.measures.mean_windows;
+      const means = windows ? memo(`means:${state.step}`, () => M.headMeans(model, windows)) : null;
+      for (let l = 0; l < L; l++) for (let hd = 0; hd < H; hd++) {
+        options.push([`head ${l}.${hd} zero`, `blocks.${l}.attn.hook_z[:, :, ${hd}] = 0`, {off: [`${l}.${hd}`]}]);
+        if (means) options.push([`head ${l}.${hd} mean`, `blocks.${l}.attn.hook_z[:, :, ${hd}] = its mean over ${windows.length} held-out windows`, null, {headsMean: {[`${l}.${hd}`]: means[l]}}]);
+      }
+      if (!M.attnOnly(cfg)) for (let l = 0; l < L; l++) options.push([`mlp ${l} off`, `blocks.${l}.hook_mlp_out = 0`, {mlp: [l]}]);
       options.push(["positions off", "hook_pos_embed = 0", {pos: true}]);
-      options.push(["β = 0 (uniform attention)", "hook_attn_scores × 0", {beta: 0}]);
-      options.push(["β = 3 (sharper attention)", "hook_attn_scores × 3", {beta: 3}]);
+      for (const beta of DATA.measures.betas) options.push([`beta ${beta}`, `hook_attn_scores × ${beta}${beta === 0 ? " (uniform attention)" : ""}`, {beta}]);
       const p0 = M.softmax(base), top0 = p0.indexOf(Math.max(...p0));
       clear(table);
       table.append(h("thead", {}, h("tr", {}, h("th", {}, "change"), h("th", {}, "hook"), h("th", {}, "KL (nats)"), h("th", {}, "next token"), h("th", {}))));
       const body = h("tbody");
-      for (const [label, hook, change] of options) {
+      for (const [label, hook, change, extra] of options) {
         const s = {off: [], mlp: [], pos: false, beta: 1, ...change};
-        const logits = M.forward(model, seq, knobsOf(s)).logits[c.T - 1];
-        const p = M.softmax(logits), top = p.indexOf(Math.max(...p)), kl = M.kl(logits, base);
-        body.appendChild(h("tr", {},
+        const logits = M.forward(model, seq, extra || knobsOf(s)).logits[c.T - 1];
+        const p = M.softmax(logits), top = p.indexOf(Math.max(...p)), kl = M.kl(base, logits);
+        body.appendChild(h("tr", {dataset: {knob: label, kl: String(kl)}},
           h("td", {}, label), h("td", {}, h("code", {}, hook)), h("td", {}, num("ablation", kl, 3)),
           h("td", {}, `${word(top)} (${(100 * p[top]).toFixed(0)}%)`, top !== top0 ? h("span", {class: "badge"}, "changed") : ""),
-          h("td", {}, h("button", {type: "button", onclick: () => setState(s)}, "apply"))));
+          h("td", {}, change ? h("button", {type: "button", onclick: () => setState(s)}, "apply") : "")));
       }
       table.appendChild(body);
       table.appendChild(h("caption", {}, `original next token: ${word(top0)} (${(100 * p0[top0]).toFixed(1)}%)`));
@@ -667,7 +671,7 @@
   function circuitsPanel() {
     const el = section("circuits", "Circuits",
       "Each head as two matrices in the residual basis: QK = W_Q W_Kᵀ (which residual directions attend to which) and OV = W_V W_O (what is copied when attended; W_V alone without W_O). Their singular values show how many directions they really use.");
-    const cards = [];
+    const cards = [], k = DATA.measures.top_k;
     for (let l = 0; l < L; l++) for (let hd = 0; hd < H; hd++) {
       const qkMap = heat("QK = W_Q W_Kᵀ", `blocks.${l}.attn.W_Q · W_Kᵀ`, cfg.d_model);
       const ovMap = heat(cfg.attn_out ? "OV = W_V W_O" : "OV = W_V", `blocks.${l}.attn.W_V${cfg.attn_out ? " · W_O" : ""}`, cfg.attn_out ? cfg.d_model : cfg.d_head);
@@ -680,22 +684,22 @@
     }
     return {el, key: () => String(state.step), update(c) {
       for (const card of cards) {
-        const circ = memo(`circ:${state.step}:${card.l}:${card.hd}`, () => M.circuits(c.model, card.l, card.hd));
+        const circ = memo(`circ:${state.step}:${card.l}:${card.hd}`, () => M.circuits(c.model, card.l, card.hd, k));
         const d = cfg.d_model;
         card.qkMap.update(circ.QK.matrix, dims(d), dims(d), {shape: [d, d], axes: "d_model (query side), d_model (key side)"});
         const ovCols = circ.OV.matrix[0].length;
         card.ovMap.update(circ.OV.matrix, dims(d), dims(ovCols), {shape: [d, ovCols], axes: cfg.attn_out ? "d_model (read), d_model (written)" : "d_model (read), d_head (written)"});
         for (const key of ["QK", "OV"]) {
-          const {s, k, top3} = circ[key], box = card.sv[key];
+          const {s, k, topK} = circ[key], box = card.sv[key];
           clear(box);
           box.dataset.values = s.map(String).join(",");
-          box.dataset.top3 = String(top3);
+          box.dataset.topK = String(topK);
           const max = s[0] || 1;
           s.forEach((x, i) => box.appendChild(h("div", {class: "sv-row", title: `σ${i + 1} = ${String(x)}`},
             h("span", {class: "bar-label"}, `σ${i + 1}`),
             h("span", {class: "bar-track"}, h("span", {class: "bar", style: {width: `${100 * x / max}%`, background: i < k ? "#225ea8" : "#8c959f"}})),
             h("span", {class: "bar-value"}, fmt(x, 3)))));
-          box.appendChild(h("div", {class: "fig-note"}, `top ${k} hold ${(100 * top3).toFixed(1)}% of the squared mass`));
+          box.appendChild(h("div", {class: "fig-note"}, `top ${k} hold ${(100 * topK).toFixed(1)}% of the squared mass`));
         }
       }
     }};

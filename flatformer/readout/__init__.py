@@ -16,8 +16,9 @@ matplotlib, typer or rich in it or below it; tests/test_layering.py checks).
 """
 
 from .batches import by_length, next_token_logits
-from .knobs import (BETAS, Hooks, Knob, combine, head_means, knob_kls, mean_head, mlp_off,
-                    positions_off, scale_scores, standard_knobs, switches, zero_head)
+from .knobs import (BETAS, MEAN_WINDOWS, Hooks, Knob, combine, head_means, knob_kls, mean_head,
+                    mlp_off, positions_off, reference_windows, scale_scores, standard_knobs,
+                    switches, zero_head)
 from .landscape import Landscape, NotInPlane, landscape, output_logits, require_plane, unembed
 from .plane import Field, Plane, fit_plane, fitted_limits, grid, square_limits
 from .points import (Embeddings, Projections, all_points, all_points_tokens, combined_points,
@@ -28,12 +29,12 @@ from .sampling import continue_prompts, distribution, draw, generate
 from .trace import BlockTrace, Trace, trace
 
 __all__ = [
-    "BETAS", "BlockTrace", "Embeddings", "Field", "Hooks", "KL_DIRECTION", "Knob", "Landscape",
+    "BETAS", "BlockTrace", "MEAN_WINDOWS", "Embeddings", "Field", "Hooks", "KL_DIRECTION", "Knob", "Landscape",
     "NotInPlane", "Plane", "Projections", "Trace", "all_points", "all_points_tokens",
     "by_length", "combine", "combined_points", "continue_prompts", "distribution", "draw",
     "embeddings", "entropy", "fit_plane", "generate", "grid", "head_means", "head_outputs",
     "kl_divergence", "knob_kl", "knob_kls", "landscape", "log_softmax", "mean_head", "mlp_off",
     "next_token_logits", "output_logits", "point_label", "point_scores", "positions_off",
-    "projections", "qk_field", "require_plane", "scale_scores", "softmax", "square_limits",
+    "projections", "qk_field", "reference_windows", "require_plane", "scale_scores", "softmax", "square_limits",
     "standard_knobs", "switches", "trace", "unembed", "write_heads", "zero_head",
 ]

@@ -25,6 +25,13 @@ from .probs import knob_kl
 Hooks = dict[str, Callable]
 
 BETAS = (0.0, 0.5, 2.0, 3.0)   # the attention scalings every knob table shows
+MEAN_WINDOWS = 512             # held-out windows a mean-ablated head's average is taken over
+
+
+def reference_windows(data) -> np.ndarray:
+    """The windows mean ablation averages over: the first MEAN_WINDOWS held-out windows of a
+    `TaskData` (the analysis and the explorer page use the same ones)."""
+    return data.val_inputs[:MEAN_WINDOWS]
 
 
 def zero_head(layer: int, head: int) -> Hooks:
