@@ -24,6 +24,22 @@ def cfg(request):
     return CONFIGS[request.param]
 
 
+def random_model(cfg, seed: int = 0, perturb: bool = True):
+    """A model with random weights (`init_params` from `seed`); with `perturb`, LayerNorm gains
+    and every bias moved off 1 and 0 (from seed + 1) so that they matter in a comparison."""
+    import numpy as np
+
+    from flatformer.model import init_params
+    from flatformer.transformer import Transformer
+    params = init_params(cfg, [np.random.default_rng(seed)])
+    if perturb:
+        rng = np.random.default_rng(seed + 1)
+        for name, view in params.views.items():
+            if "ln" in name or ".b_" in name:
+                view += 0.3 * rng.standard_normal(view.shape)
+    return Transformer(cfg, params.seed(0))
+
+
 def make_run(folder, task="plus-last-even", preset_name=None, recipe="default", seeds=None,
              **sets):
     """Train a run into `folder` (one seed, or a --seeds folder) and return its path."""

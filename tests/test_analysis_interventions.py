@@ -13,19 +13,13 @@ from flatformer.model import init_params
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
 
-from conftest import CONFIGS
+from conftest import CONFIGS, random_model
 
 
 
 @pytest.fixture(params=list(CONFIGS))
 def model(request):
-    cfg = CONFIGS[request.param]
-    params = init_params(cfg, [np.random.default_rng(3)])
-    rng = np.random.default_rng(4)
-    for name, view in params.views.items():
-        if ".ln" in name or ".b_" in name:
-            view += 0.3 * rng.standard_normal(view.shape)
-    return Transformer(cfg, params.seed(0))
+    return random_model(CONFIGS[request.param], 3)
 
 
 def tokens_for(cfg, batch=5, seed=0):

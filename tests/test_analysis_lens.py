@@ -10,20 +10,14 @@ from flatformer.model import init_params
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
 
-from conftest import CONFIGS
+from conftest import CONFIGS, random_model
 
 CONFIGS = {**CONFIGS, "4d-2head": preset("small-4d-2head", 12)}
 
 
 @pytest.fixture(params=list(CONFIGS))
 def model(request):
-    cfg = CONFIGS[request.param]
-    params = init_params(cfg, [np.random.default_rng(5)])
-    rng = np.random.default_rng(6)
-    for name, view in params.views.items():
-        if ".ln" in name or ".b_" in name:
-            view += 0.3 * rng.standard_normal(view.shape)
-    return Transformer(cfg, params.seed(0))
+    return random_model(CONFIGS[request.param], 5)
 
 
 def tokens_for(cfg, batch=4):

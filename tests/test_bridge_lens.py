@@ -3,13 +3,11 @@
 import numpy as np
 import pytest
 import torch
-from conftest import CONFIGS
+from conftest import CONFIGS, random_model
 
 from flatformer.bridge import to_torch, to_transformer_lens
 from flatformer.config import preset
-from flatformer.model import init_params
 from flatformer.runs import load_run
-from flatformer.transformer import Transformer
 from flatformer.analysis.circuits import head_circuits
 
 RUNS = ["paper_run", "simulator_run", "two_layer_run"]
@@ -18,15 +16,6 @@ RUNS = ["paper_run", "simulator_run", "two_layer_run"]
 def tokens_for(cfg, seed=0, batch=6):
     return np.random.default_rng(seed).integers(0, cfg.d_vocab, (batch, cfg.n_ctx))
 
-
-def random_model(cfg, seed=0):
-    """Random weights, with LayerNorm gains and biases moved off 1 and 0 so they matter."""
-    params = init_params(cfg, [np.random.default_rng(seed)])
-    rng = np.random.default_rng(seed + 1)
-    for name, view in params.views.items():
-        if "ln" in name or ".b_" in name:
-            view += 0.3 * rng.standard_normal(view.shape)
-    return Transformer(cfg, params.seed(0))
 
 
 @pytest.mark.parametrize("fixture", RUNS)

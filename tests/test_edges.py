@@ -6,25 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CONFIGS
+from conftest import CONFIGS, random_model
 from edge_hooks import hooked_edge_logits, tl_runner
 from flatformer.bridge import to_torch, to_transformer_lens
 from flatformer.data import TaskData
 from flatformer.edges.graph import EdgeGraph
 from flatformer.edges.methods import (build_problem, eap, eap_ig, exact_effects, find_circuits,
                                       path_patch, rank, roc_auc, spearman)
-from flatformer.model import init_params
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
 
-
-def random_model(cfg, seed=0):
-    params = init_params(cfg, [np.random.default_rng(seed)])
-    rng = np.random.default_rng(seed + 1)
-    for name, view in params.views.items():
-        if ".ln" in name or ".b_" in name:
-            view += 0.3 * rng.standard_normal(view.shape)
-    return Transformer(cfg, params.seed(0))
 
 
 def random_case(cfg, seed=0, batch=4):

@@ -15,15 +15,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from conftest import random_model as random_weights
 from flatformer.cli import app, load_commands
 from flatformer.config import preset
 from flatformer.errors import FlatformerError
 from flatformer.explorer import render_html
 from flatformer.explorer.export import (export_model, export_run, pick_steps, reference_prompts,
                                         unpack)
-from flatformer.model import init_params
 from flatformer.runs import load_run
-from flatformer.transformer import Transformer
 
 load_commands()
 EVIL = "<img src=x onerror=alert(1)>"
@@ -37,7 +36,7 @@ def data_of(page: str) -> dict:
 
 
 def random_model(cfg, seed=0):
-    return Transformer(cfg, init_params(cfg, [np.random.default_rng(seed)]).seed(0))
+    return random_weights(cfg, seed, perturb=False)
 
 
 def test_weights_round_trip_exactly_for_every_exported_step(paper_run):
