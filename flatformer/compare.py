@@ -54,9 +54,10 @@ from .evaluate import evaluate
 from .model import Params, forward
 from .readout import all_points_tokens, grid, head_outputs, output_logits, square_limits
 from .runs import Run, seed_runs
+from .tasks.base import LEARNED
 from .transformer import Transformer
 
-SUCCESS = 0.01          # rule error at or below which a seed counts as having learned the task
+SUCCESS = LEARNED       # rule error at or below which a seed counts as having learned the task
 ZONE_ANGLES = 2048      # points on the circle the zone order is read along
 ZONE_RADIUS = 4.0       # that circle's radius, in spreads of the answers' z points
 COLLINEAR = 0.99        # points are "on a line" when their first axis holds this share of variance

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import FlatformerError
@@ -54,74 +55,108 @@ def parse_seeds(seeds: str | None) -> list[int] | None:
     return list(range(first, last + 1))
 
 
+@dataclass(frozen=True)
+class JobSpec:
+    """What a user asks for, typed: a task name (or a corpus file and its tokenizer), a preset
+    and a recipe (None: the task's own), one seed or several trained together, the output folder
+    (default: runs/TASK-seedS, or runs/TASK for several seeds) and overrides of model or recipe
+    fields as values (`{"lr": 0.003, "d_mlp": 16}`). `train`, `sweep` and `reproduce` all build
+    their jobs from one; `build()` checks it and returns the Job and its folder."""
+
+    task: str | None = None
+    preset: str | None = None
+    recipe: str | None = None
+    seed: int = 0
+    seeds: tuple[int, ...] | None = None
+    out_dir: Path | None = None
+    overrides: dict = field(default_factory=dict)
+    corpus: Path | None = None
+    tokenizer: str | None = None
+
+    def build(self):
+        """The training job (`train.Job`) and its output folder."""
+        import dataclasses
+
+        from .config import PRESETS, ModelConfig, preset
+        from .tasks import get_task
+        from .tasks.corpus import CorpusTask
+        from .train import Job, Recipe, get_recipe
+        if self.corpus is not None and self.task is not None:
+            raise FlatformerError("give a task name or --corpus FILE, not both")
+        if self.corpus is None and self.tokenizer is not None:
+            raise FlatformerError("--tokenizer goes with --corpus FILE")
+        if self.corpus is not None:
+            task = CorpusTask.from_file(self.corpus, self.tokenizer or "word")
+        elif self.task is None:
+            raise FlatformerError("give a task name (flatformer tasks lists them) or "
+                                  "--corpus FILE")
+        else:
+            task = get_task(self.task)
+        # The task's own settings (a second layer, fewer steps) go under the user's overrides.
+        overrides = {**task.defaults, **self.overrides}
+        task_settings = {k: overrides.pop(k) for k in list(overrides) if k in task.settings}
+        if task_settings:
+            task = get_task(task.name, task_settings)
+        model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+        recipe_fields = {f.name for f in dataclasses.fields(Recipe)}
+        unknown = sorted(set(overrides) - model_fields - recipe_fields - {"data_seed"})
+        if unknown:
+            task_keys = (f"; {task.name} keys: {', '.join(task.settings)}" if task.settings
+                         else "")
+            raise FlatformerError(f"--set: unknown key {unknown[0]!r}; model keys: "
+                                  f"{', '.join(sorted(model_fields - {'d_vocab'}))}; recipe "
+                                  f"keys: {', '.join(sorted(recipe_fields))}{task_keys}")
+        if "d_vocab" in overrides:
+            raise FlatformerError("--set: d_vocab comes from the task's vocabulary")
+        preset_name = self.preset or task.default_preset
+        recipe_name = self.recipe or task.default_recipe
+        if preset_name not in PRESETS:
+            raise FlatformerError(f"unknown preset {preset_name!r}; choose one of "
+                                  f"{', '.join(PRESETS)}")
+        try:
+            cfg = preset(preset_name, len(task.vocab),
+                         **{k: v for k, v in overrides.items() if k in model_fields})
+            recipe = get_recipe(recipe_name, **{k: v for k, v in overrides.items()
+                                                if k in recipe_fields})
+            capped_from = None
+            cap = max_steps()
+            if cap is not None and recipe.steps > cap:
+                # A capped run chooses its candidate early, as any short run does (get_recipe).
+                capped = {k: v for k, v in overrides.items() if k in recipe_fields
+                          and not (k == "select_step" and v > cap)}
+                capped_from, recipe = recipe.steps, get_recipe(recipe_name,
+                                                               **{**capped, "steps": cap})
+        except TypeError as exc:
+            raise FlatformerError(f"--set: {exc}") from None
+        task.check_config(cfg)
+        whole("--seed", self.seed, 0, MAX_SEED)
+        if self.seeds:
+            whole("--seeds: the last seed", max(self.seeds), 0, MAX_SEED)
+            whole("--seeds: the number of seeds", len(self.seeds), 1, MAX_SEEDS)
+        out_dir = self.out_dir
+        if out_dir is None:
+            stem = Path(self.corpus).stem if self.corpus is not None else task.name
+            out_dir = Path("runs") / (stem if self.seeds else f"{stem}-seed{self.seed}")
+        output_folder(out_dir, "--out")
+        if self.seeds:
+            seed_list = list(self.seeds)
+            dirs = [Path(out_dir) / f"seed_{s}" for s in seed_list]
+        else:
+            seed_list, dirs = [self.seed], [Path(out_dir)]
+        extra = {"preset": preset_name, "recipe_name": recipe_name, **task.config_extra()}
+        data_seed = overrides.get("data_seed", 0)
+        whole("--set: data_seed", data_seed, 0, MAX_SEED)
+        return Job(task, cfg, recipe, seed_list, dirs, data_seed, extra, capped_from), out_dir
+
+
 def build_job(task_name, preset_name, recipe_name, seed, seeds, out_dir, sets,
               corpus=None, tokenizer=None):
-    """The training job the command line describes, and its output folder (a preset or recipe
-    of None: the task's own)."""
-    import dataclasses
-
-    from .config import PRESETS, ModelConfig, preset
-    from .tasks import get_task
-    from .tasks.corpus import CorpusTask
-    from .train import Job, Recipe, get_recipe
-    if corpus is not None and task_name is not None:
-        raise FlatformerError("give a task name or --corpus FILE, not both")
-    if corpus is None and tokenizer is not None:
-        raise FlatformerError("--tokenizer goes with --corpus FILE")
-    if corpus is not None:
-        task = CorpusTask.from_file(corpus, tokenizer or "word")
-    elif task_name is None:
-        raise FlatformerError("give a task name (flatformer tasks lists them) or --corpus FILE")
-    else:
-        task = get_task(task_name)
-    # The task's own settings (a second layer, fewer steps) go under the user's --set.
-    overrides = {**task.defaults, **parse_sets(sets)}
-    task_settings = {k: overrides.pop(k) for k in list(overrides) if k in task.settings}
-    if task_settings:
-        task = get_task(task.name, task_settings)
-    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
-    recipe_fields = {f.name for f in dataclasses.fields(Recipe)}
-    unknown = sorted(set(overrides) - model_fields - recipe_fields - {"data_seed"})
-    if unknown:
-        task_keys = f"; {task.name} keys: {', '.join(task.settings)}" if task.settings else ""
-        raise FlatformerError(f"--set: unknown key {unknown[0]!r}; model keys: "
-                              f"{', '.join(sorted(model_fields - {'d_vocab'}))}; recipe keys: "
-                              f"{', '.join(sorted(recipe_fields))}{task_keys}")
-    if "d_vocab" in overrides:
-        raise FlatformerError("--set: d_vocab comes from the task's vocabulary")
-    preset_name = preset_name or task.default_preset
-    recipe_name = recipe_name or task.default_recipe
-    if preset_name not in PRESETS:
-        raise FlatformerError(f"unknown preset {preset_name!r}; choose one of {', '.join(PRESETS)}")
-    try:
-        cfg = preset(preset_name, len(task.vocab),
-                     **{k: v for k, v in overrides.items() if k in model_fields})
-        recipe = get_recipe(recipe_name, **{k: v for k, v in overrides.items()
-                                            if k in recipe_fields})
-        capped_from = None
-        cap = max_steps()
-        if cap is not None and recipe.steps > cap:
-            # A capped run chooses its candidate early, as any short run does (get_recipe).
-            capped = {k: v for k, v in overrides.items() if k in recipe_fields
-                      and not (k == "select_step" and v > cap)}
-            capped_from, recipe = recipe.steps, get_recipe(recipe_name, **{**capped, "steps": cap})
-    except TypeError as exc:
-        raise FlatformerError(f"--set: {exc}") from None
-    task.check_config(cfg)
-    whole("--seed", seed, 0, MAX_SEED)
+    """`JobSpec(...).build()` from the command line's strings: `seeds` a range like "0-63",
+    `sets` a list of "key=value" (kept for scripts, benchmarks and the notebook)."""
     seed_list = parse_seeds(seeds)
-    if out_dir is None:
-        stem = Path(corpus).stem if corpus is not None else task.name
-        out_dir = Path("runs") / (stem if seed_list else f"{stem}-seed{seed}")
-    output_folder(out_dir, "--out")
-    if seed_list:
-        dirs = [Path(out_dir) / f"seed_{s}" for s in seed_list]
-    else:
-        seed_list, dirs = [seed], [Path(out_dir)]
-    extra = {"preset": preset_name, "recipe_name": recipe_name, **task.config_extra()}
-    data_seed = overrides.get("data_seed", 0)
-    whole("--set: data_seed", data_seed, 0, MAX_SEED)
-    return Job(task, cfg, recipe, seed_list, dirs, data_seed, extra, capped_from), out_dir
+    return JobSpec(task_name, preset_name, recipe_name, seed,
+                   tuple(seed_list) if seed_list else None, out_dir, parse_sets(sets),
+                   corpus, tokenizer).build()
 
 
 def capped_note(job) -> str | None:

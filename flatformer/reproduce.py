@@ -55,18 +55,18 @@ class Reproduced:
 
 def reproduce(task: str = "plus-last-even", preset: str | None = None,
               out_dir: Path = Path("runs/reproduce"), force: bool = False,
-              progress: Progress = quiet, sets: list[str] | None = None) -> Reproduced:
+              progress: Progress = quiet, overrides: dict | None = None) -> Reproduced:
     """Train, draw, animate, export, analyse and report into `out_dir`, resuming the same run.
 
     Besides each stage's own reports, `progress` gets ("reproduce", i, 6, "STAGE: what") as
-    stage i of the six begins."""
-    from .jobs import build_job
+    stage i of the six begins. `overrides` change model or recipe fields, as in `JobSpec`."""
+    from .jobs import JobSpec
     from .report import Report, write_report
     from .runs import load_run
 
     out_dir = Path(out_dir)
     run_dir = out_dir / "run"
-    job, _ = build_job(task, preset, None, 0, None, run_dir, sets or [])
+    job, _ = JobSpec(task, preset, out_dir=run_dir, overrides=dict(overrides or {})).build()
     resume = prepare_folder(out_dir, job.run_config(0), force)
     times: list[tuple[str, float]] = []
 

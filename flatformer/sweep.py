@@ -35,6 +35,7 @@ from typing import Callable
 from .errors import FlatformerError
 from .limits import processes
 from .lock import hold
+from .tasks.base import LEARNED
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,7 +43,6 @@ else:
     import tomli as tomllib
 
 AXES = {"tasks", "presets", "recipes", "seeds", "set", "sets"}
-LEARNED = 0.01  # a seed has learned the rule at a held-out rule error of at most 1%
 COLUMNS = ["job", "task", "preset", "recipe", "overrides", "seed", "steps", "train_loss",
            "val_loss", "rule_error", "job_seconds"]
 
@@ -56,12 +56,17 @@ def _names(sweep: dict, key: str, default: list) -> list:
     return value
 
 
-def _overrides(table, where: str) -> list[str]:
-    """`key=value` pairs as `--set` takes them (values in JSON, which build_job reads back)."""
+def _overrides(table, where: str) -> dict:
+    """A table of overrides, as `JobSpec.overrides` takes them (sorted by key)."""
     if not isinstance(table, dict):
         raise FlatformerError(f"{where} must be a table of overrides like {{lr = 0.003}}, "
                               f"got {table!r}")
-    return [f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in sorted(table.items())]
+    return dict(sorted(table.items()))
+
+
+def _pairs(overrides: dict) -> list[str]:
+    """Overrides as `--set` would spell them: `key=value`, values in JSON."""
+    return [f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in sorted(overrides.items())]
 
 
 def load_sweep(path) -> dict:
@@ -105,8 +110,7 @@ def expand(sweep: dict, out_dir) -> list[dict]:
             for recipe in _names(sweep, "recipes", []):
                 for variant in variants:
                     # A variant's keys override the common ones; both are recorded in the job.
-                    keys = {pair.partition("=")[0] for pair in variant}
-                    pairs = [p for p in common if p.partition("=")[0] not in keys] + variant
+                    overrides = dict(sorted({**common, **variant}.items()))
                     name = ".".join([task, preset, recipe] + ([_label(variant)] if variant
                                                                else []))
                     if name in names:
@@ -117,7 +121,7 @@ def expand(sweep: dict, out_dir) -> list[dict]:
                                               f"without one")
                     names.add(name)
                     job = {"name": name, "task": task, "preset": preset, "recipe": recipe,
-                           "sets": sorted(pairs), "seeds": [seeds[0], seeds[-1]],
+                           "overrides": overrides, "seeds": [seeds[0], seeds[-1]],
                            "folder": str(out_dir / name), "sweep_dir": str(out_dir)}
                     try:
                         built, _ = _build(job)
@@ -128,26 +132,28 @@ def expand(sweep: dict, out_dir) -> list[dict]:
     return jobs
 
 
-def _label(pairs: list[str]) -> str:
+def _label(overrides: dict) -> str:
     """The folder-name part for overrides: `d_mlp=16,schedule=cosine` (strings unquoted)."""
-    parts = []
-    for pair in pairs:
-        key, _, value = pair.partition("=")
-        loaded = json.loads(value)
-        parts.append(f"{key}={loaded if isinstance(loaded, str) else value}")
-    return ",".join(parts)
+    return ",".join(f"{k}={v if isinstance(v, str) else json.dumps(v, separators=(',', ':'))}"
+                    for k, v in sorted(overrides.items()))
+
+
+def spec(job: dict):
+    """The `JobSpec` of one sweep job (a plain dict: it travels to workers and Ray tasks)."""
+    from .jobs import JobSpec
+    first, last = job["seeds"]
+    return JobSpec(job["task"], job["preset"], job["recipe"], seeds=tuple(range(first, last + 1)),
+                   out_dir=Path(job["folder"]), overrides=job["overrides"])
 
 
 def _build(job: dict):
-    from .jobs import build_job
-    first, last = job["seeds"]
-    return build_job(job["task"], job["preset"], job["recipe"], 0, f"{first}-{last}",
-                     Path(job["folder"]), job["sets"])
+    return spec(job).build()
 
 
 def _identity(job: dict) -> dict:
     """What makes a job this job (its folder may move with the sweep directory)."""
-    return {k: job[k] for k in ("name", "task", "preset", "recipe", "sets", "seeds", "steps")}
+    return {k: job[k] for k in ("name", "task", "preset", "recipe", "overrides", "seeds",
+                                "steps")}
 
 
 def finished(job: dict) -> dict | None:
@@ -364,7 +370,7 @@ def run_sweep(path, out_dir, workers: int | None = None, ray: str | None = None,
                 if progress:
                     progress(job, result, "failed" if "error" in result else "trained")
         rows = [dict(job=job["name"], task=job["task"], preset=job["preset"],
-                     recipe=job["recipe"], overrides=" ".join(job["sets"]), seed=r["seed"],
+                     recipe=job["recipe"], overrides=" ".join(_pairs(job["overrides"])), seed=r["seed"],
                      steps=r["step"], train_loss=r["train_loss"], val_loss=r["val_loss"],
                      rule_error=r["rule_error"], job_seconds=round(results[job["name"]]
                                                                    ["seconds"], 3))

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import FlatformerError
+from ..tasks.base import LEARNED
 from .app import app, out
 
 
@@ -105,7 +106,7 @@ def compare(
     step: Optional[int] = typer.Option(None, help="Checkpoint step [the last all seeds share]."),
     reference: Optional[int] = typer.Option(None, help="Seed the others are aligned to "
                                             "[the first successful seed]."),
-    success: float = typer.Option(0.01, help="Rule error at or below which a seed has learned "
+    success: float = typer.Option(LEARNED, help="Rule error at or below which a seed has learned "
                                   "the task."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for the figures and "
                                            "summary.json [RUN/compare]."),

@@ -31,9 +31,10 @@ def reproduce(task: str = typer.Option("plus-last-even", help="Task name."),
                                                         "or recipe field, as for train.")):
     """The main job: train the paper's model, draw its figures and movies, write the explorer,
     the analysis and DIR/report.html. Re-running resumes the same run."""
+    from ..jobs import parse_sets
     from ..reproduce import reproduce as run_all
     with StagedDisplay() as progress:
-        done = run_all(task, preset_name, out_dir, force, progress, list(sets or []))
+        done = run_all(task, preset_name, out_dir, force, progress, parse_sets(sets))
     for message in done.skipped:
         console.print(message, markup=False, highlight=False)
     for line in done.summary:

@@ -13,7 +13,8 @@ import typer
 from rich.table import Table
 
 from ..errors import FlatformerError
-from ..jobs import build_job
+from ..jobs import JobSpec, parse_seeds, parse_sets
+from ..tasks.base import LEARNED
 from .app import ProgressDisplay, app, out
 
 
@@ -70,10 +71,11 @@ def train(
                                "d_model 32, else NumPy; numba; or numpy (the reference)."),
 ):
     """Train a model on a task and write its run folder."""
-    sets = (list(sets or []) + ([f"steps={steps}"] if steps is not None else [])
-            + ([f"dtype={dtype}"] if dtype is not None else []))
-    job, folder = build_job(task, preset_name, recipe, seed, seeds, out_dir, sets, corpus,
-                            tokenizer)
+    overrides = {**parse_sets(sets), **({"steps": steps} if steps is not None else {}),
+                 **({"dtype": dtype} if dtype is not None else {})}
+    seed_list = parse_seeds(seeds)
+    job, folder = JobSpec(task, preset_name, recipe, seed, tuple(seed_list or ()) or None,
+                          out_dir, overrides, corpus, tokenizer).build()
     job = dataclasses.replace(job, engine=engine)
     started = time.perf_counter()
     trainer = train_with_progress(job, resume)
@@ -88,7 +90,7 @@ def train(
         if floor:
             out.print(floor_line(finals[0]["val_loss"], floor), markup=False, soft_wrap=True)
     else:
-        learned = sum(f["rule_error"] <= 0.01 for f in finals)
+        learned = sum(f["rule_error"] <= LEARNED for f in finals)
         out.print(f"{folder}: {len(finals)} seeds, {learned} at rule error <= 1% "
                   f"({seconds:.1f} s)", markup=False, soft_wrap=True)
 

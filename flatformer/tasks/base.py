@@ -10,6 +10,9 @@ from ..config import ModelConfig
 from ..errors import FlatformerError
 
 
+LEARNED = 0.01  # a model has learned its task at a held-out rule error of at most 1%
+
+
 @dataclass(frozen=True)
 class Recall:
     """The roles of a task "after `marker`, say the most recent earlier token in `wanted`":
