@@ -8,6 +8,24 @@ except ImportError:
 
 from flatformer.config import preset
 
+# The modules `pytest -m "not slow"` leaves out: browsers, movies, notebooks, sweeps, the main
+# job, whole-suite figure drawing, task training, bridges to torch/TransformerLens and every
+# test that runs the command line in a subprocess. What stays (engine, tasks, readout, analysis,
+# export, compare on hand-made weights) is the fast loop the README describes.
+SLOW = {
+    "test_analysis_cli", "test_bridge_lens", "test_cli", "test_compare_command", "test_edges",
+    "test_explorer_browser", "test_explorer_capture", "test_figures_cli", "test_figures_draw",
+    "test_kernels", "test_max_steps", "test_movies", "test_notebook", "test_notebook_tour",
+    "test_readme", "test_reproduce", "test_sweep", "test_sweep_cli", "test_tasks_corpus",
+    "test_tasks_train", "test_train",
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.module.__name__ in SLOW:
+            item.add_marker(pytest.mark.slow)
+
 CONFIGS = {
     "paper-2d": preset("paper-2d", 12),
     "simulator-16d": preset("simulator-16d", 28),
@@ -42,11 +60,12 @@ def random_model(cfg, seed: int = 0, perturb: bool = True):
 
 def make_run(folder, task="plus-last-even", preset_name=None, recipe="default", seeds=None,
              **sets):
-    """Train a run into `folder` (one seed, or a --seeds folder) and return its path."""
-    from flatformer.jobs import build_job
+    """Train a run into `folder` (one seed, or a --seeds folder "A-B") and return its path."""
+    from flatformer.jobs import JobSpec, parse_seeds
     from flatformer.train import train
-    pairs = [f"{k}={v}" for k, v in sets.items()]
-    job, out = build_job(task, preset_name, recipe, 0, seeds, folder, pairs)
+    seed_list = parse_seeds(seeds)
+    job, out = JobSpec(task, preset_name, recipe, seeds=tuple(seed_list) if seed_list else None,
+                       out_dir=folder, overrides=sets).build()
     train(job)
     return out
 
