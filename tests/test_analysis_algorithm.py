@@ -5,9 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from flatformer.analysis import algorithm
 from flatformer.analysis.algorithm import (
-    Context, checks_for, class_separation, nudge, position_ladder, production, query_separation,
+    checks_for, class_separation, nudge, position_ladder, production, query_separation,
     recall_sources, recency, retrieval, run_checks)
 from flatformer.analysis.geometry import hull_distance, ladder, min_norm_point, separation
 from flatformer.data import TaskData

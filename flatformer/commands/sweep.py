@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from ..errors import FlatformerError
-from .app import app, console, out, progress_display
+from .app import app, out, progress_display
 
 
 @app.command()
