@@ -4,7 +4,9 @@ Weights travel as base64 of little-endian float64 bytes: exact (the page compute
 too) and a third the size of decimal text. Every checkpoint goes along, or an evenly spaced
 subset when there are many, so the page's slider can replay training. The reference logits are
 computed here by the NumPy engine; the page recomputes them on every load and shows the worst
-difference, so a page that disagrees with Python cannot go unnoticed.
+difference, so a page that disagrees with Python cannot go unnoticed. The measures the page
+shares with `flatformer analyze` (the KL direction, the betas, the top-k, the held-out windows
+mean ablation averages over) travel from their one definition in Python.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..analysis.circuits import TOP_K
 from ..config import ModelConfig
 from ..data import TaskData
 from ..errors import FlatformerError
+from ..model import Params
 from ..readout import BETAS, KL_DIRECTION, reference_windows
 from ..runs import Run, load_run
 from ..transformer import Transformer
@@ -67,13 +70,9 @@ def reference_prompts(d_vocab: int, n_ctx: int, demo: list[int] | None = None) -
 
 
 def flat_weights(cfg: ModelConfig, tensors: dict[str, np.ndarray]) -> np.ndarray:
-    """One checkpoint as one vector: tensors in `param_shapes` order, each in C order."""
-    parts = []
-    for name, shape in cfg.param_shapes().items():
-        if name not in tensors or tuple(tensors[name].shape) != shape:
-            raise FlatformerError(f"weights: tensor {name} is missing or not of shape {shape}")
-        parts.append(np.asarray(tensors[name], dtype=np.float64).ravel())
-    return np.concatenate(parts)
+    """One checkpoint as one vector: the engine's own flat layout for one seed (tensors in
+    `param_shapes` order, each in C order; `model.Params`), which `model.js` unpacks."""
+    return Params.stack(cfg, [tensors]).flat
 
 
 def check_vocab(cfg: ModelConfig, vocab: list[str]) -> list[str]:
