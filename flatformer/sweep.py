@@ -11,8 +11,9 @@ A sweep file (TOML) names the axes:
     [set]                               # optional: overrides for every job
     steps = 20000
 
-Each point of the product is one job: one batched `train.Job` over the seed range, written as
-ordinary run folders DIR/<job>/seed_S/. A job is finished when every seed's final checkpoint
+Each point of the product is one job: a `jobs.JobSpec` (its overrides the TOML values, typed)
+built into one batched `train.Job` over the seed range, written as ordinary run folders
+DIR/<job>/seed_S/. A job is finished when every seed's final checkpoint
 exists and its `done.json` (written last, atomically) matches the job; rerunning a sweep skips
 finished jobs and resumes the others from their checkpoints, so a killed sweep loses at most the
 work of the jobs in flight. The driver gathers one row per seed into DIR/results.csv.
