@@ -641,7 +641,7 @@
       const model = c.model, seq = c.seq, base = c.base.logits[c.T - 1];
       // The knobs of readout.knobs.standard_knobs, in its order and under its names.
       const options = [], windows = DATA.measures.mean_windows;
-      const means = windows ? memo(`means:${state.step}`, () => M.headMeans(model, windows)) : null;
+      const means = windows ? memo(`head-means:${state.step}`, () => M.headMeans(model, windows)) : null;
       for (let l = 0; l < L; l++) for (let hd = 0; hd < H; hd++) {
         options.push([`head ${l}.${hd} zero`, `blocks.${l}.attn.hook_z[:, :, ${hd}] = 0`, {off: [`${l}.${hd}`]}]);
         if (means) options.push([`head ${l}.${hd} mean`, `blocks.${l}.attn.hook_z[:, :, ${hd}] = its mean over ${windows.length} held-out windows`, null, {headsMean: {[`${l}.${hd}`]: means[l]}}]);
