@@ -171,11 +171,14 @@ def test_phases_and_falls_on_constructed_curves():
     steps = np.arange(0, 1100, 100)
     train_acc = [0.1, 0.6, 1, 1, 1, 1, 1, 1, 1, 1, 1]
     test_loss = np.exp([1, 2, 3, 3, 2.9, 2.8, 2.0, 1.0, 0.0, -0.5, -0.7])  # peak 3, end -0.7
-    got = G.phases(steps, train_acc, test_loss)
+    test_acc = [0.0] * 7 + [0.5, 0.9, 0.99, 1.0]
+    got = G.phases(steps, train_acc, test_loss, test_acc)
     # 10% of the way from 3 to -0.7 is 2.63 (first reached at step 600), 90% is -0.33 (900)
     assert got == {"memorisation": 200, "circuit_formation": 600, "cleanup": 900}
     assert G.falls_at(steps, np.exp([3.0] * 11), 0, 0.5) is None
-    assert G.phases(steps, [0.5] * 11, test_loss)["memorisation"] is None
+    assert G.phases(steps, [0.5] * 11, test_loss, test_acc)["memorisation"] is None
+    # a run that ends before 99% of the held-out pairs are right has not finished cleaning up
+    assert G.phases(steps, train_acc, test_loss, test_acc[:-2] + [0.9, 0.95])["cleanup"] is None
 
 
 def test_frequency_plane_puts_the_numbers_on_their_circle():

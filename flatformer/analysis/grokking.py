@@ -146,22 +146,24 @@ def falls_at(steps: np.ndarray, loss: np.ndarray, after: int, fraction: float) -
     return int(s[top + below[0]])
 
 
-def phases(steps, train_accuracy, test_loss) -> dict:
+def phases(steps, train_accuracy, test_loss, test_accuracy) -> dict:
     """Where each of Nanda et al.'s three phases ends (None when not reached):
 
     - memorisation: the first checkpoint with every training pair right;
     - circuit_formation: the test loss has come 10% of its way (in log) down from its peak
       after memorisation towards its final value: the clean-up, in which the memorised part is
       decayed away and the test loss falls, has begun;
-    - cleanup: it has come 90% of the way.
+    - cleanup: it has come 90% of the way, in a run whose last checkpoint gets 99% of the
+      held-out pairs right (before that the clean-up has not finished, whatever the curve).
     """
     steps = np.asarray(steps)
     done = np.flatnonzero(np.asarray(train_accuracy) >= 1.0)
     memorised = int(steps[done[0]]) if len(done) else None
     after = memorised if memorised is not None else int(steps[-1]) + 1
+    finished = np.asarray(test_accuracy)[-1] >= 0.99
     return {"memorisation": memorised,
             "circuit_formation": falls_at(steps, np.asarray(test_loss), after, 0.1),
-            "cleanup": falls_at(steps, np.asarray(test_loss), after, 0.9)}
+            "cleanup": falls_at(steps, np.asarray(test_loss), after, 0.9) if finished else None}
 
 
 def input_gradients(params: Params, a, b, c) -> np.ndarray:
@@ -249,7 +251,8 @@ def progress(run, steps: list[int] | None = None) -> dict:
         "key_frequencies": keys,
         "key_share": float((spectra[-1, keys] ** 2).sum() / (spectra[-1] ** 2).sum()),
     }
-    result["phases"] = phases(steps, result["train_accuracy"], result["test_loss"])
+    result["phases"] = phases(steps, result["train_accuracy"], result["test_loss"],
+                              result["test_accuracy"])
     after = result["phases"]["memorisation"] or steps[-1] + 1
     result["falls"] = {name: falls_at(np.array(steps), np.array(result[name]), after, 0.5)
                        for name in ("restricted_loss", "test_loss")}
