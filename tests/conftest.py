@@ -92,6 +92,13 @@ def two_layer_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def induction_run(tmp_path_factory):
+    """The induction task on attn-only-2l, briefly trained (4 checkpoints; heads not formed)."""
+    return make_run(tmp_path_factory.mktemp("induction") / "run", task="induction", steps=300,
+                    candidates=1, eval_every=100)
+
+
+@pytest.fixture(scope="session")
 def chromium():
     """Debian's Chromium, launched once for the session and shared by every browser test
     (Playwright's sync API allows one running instance per thread)."""

@@ -497,3 +497,31 @@ def test_every_knob_on_the_page_equals_analyze_json(chromium, page_of, request, 
     assert max(expected.values()) > 1e-6               # some knob matters: the check has teeth
     for name, value in expected.items():
         assert abs(shown[name] - value) < 1e-9, name
+
+
+def test_induction_page_shows_the_python_head_scores_and_composition(chromium, page_of,
+                                                                      induction_run):
+    from flatformer.analysis.induction import head_scores
+    run = load_run(induction_run)
+    with visit(chromium, page_of(run.path)) as page:
+        assert page.evaluate("explorer.selfCheck")["ok"]
+        panels = page.eval_on_selector_all("section.panel", "els => els.map(e => e.id)")
+        assert panels == ["input", "embed", "attend-0", "attend-1", "readout", "knobs",
+                          "circuits", "edges", "composition", "lens"]
+        for step in (run.steps[-1], run.steps[0]):
+            page.evaluate(f"explorer.set({{step: {step}}})")
+            scores = head_scores(run.model(step))
+            for (layer, h) in [(0, 0), (0, 1), (1, 0), (1, 1)]:
+                box = page.locator(f'#attend-{layer} .head-card[data-head="{layer}.{h}"] '
+                                   f'.head-scores')
+                assert float(box.get_attribute("data-prev")) == scores.prev_token[layer, h]
+                assert float(box.get_attribute("data-prefix")) == \
+                    scores.prefix_matching[layer, h]
+            for a, b in [(0, 2), (0, 3), (1, 2), (1, 3)]:
+                pair = f"{a // 2}.{a % 2}>{b // 2}.{b % 2}"
+                for mode in "qkv":
+                    cell = page.locator(f'#composition-table tr[data-pair="{pair}"] '
+                                        f'td[data-mode="{mode}"]')
+                    assert float(cell.get_attribute("data-value")) == \
+                        scores.composition[mode][a, b]
+            assert page.locator("#composition-graph line").count() == 4

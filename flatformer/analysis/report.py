@@ -15,6 +15,7 @@ from ..readout import KL_DIRECTION, by_length, knob_kls, reference_windows, stan
 from .algorithm import run_checks
 from .circuits import TOP_K, circuit_table
 from .grokking import progress
+from .induction import induction_report
 from .lens import contributions, lens_note, lens_summary
 
 MAX_PROMPTS = 200
@@ -108,6 +109,7 @@ def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = Non
                  "decomposition_error": exact, "attribution": pushes},
         "circuits": circuit_table(model, k),
         "edge_circuit": find_circuits(build_problem(model, task, data, "mean")),
+        "induction": induction_report(run, step) if task.name == "induction" else None,
     }
     if task.name == "modular-addition":
         report["grokking"] = progress(run, [s for s in run.steps if s <= step])

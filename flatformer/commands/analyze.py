@@ -80,6 +80,8 @@ def render_report(report: dict):
         render_edge_circuit(report["edge_circuit"])
     if report.get("grokking"):
         render_grokking(report["grokking"])
+    if report.get("induction"):
+        render_induction(report["induction"])
     if report.get("patching"):
         render_patching(report["patching"])
 
@@ -127,6 +129,28 @@ def render_grokking(g: dict):
                           f"{g['test_loss'][i]:.3g}", f"{g['train_accuracy'][i]:.1%}",
                           f"{g['test_accuracy'][i]:.1%}", f"{g['restricted_loss'][i]:.3g}",
                           f"{g['excluded_loss'][i]:.3g}", f"{g['weight_norm'][i]:.4g}")
+    out.print(table)
+
+
+def render_induction(induction: dict):
+    table = _table(f"Induction heads (on repeated random tokens; the induction score jumps at "
+                   f"step {induction['phase_step']})", "head", "previous-token",
+                   "prefix-matching", "copying")
+    for head in induction["heads"]:
+        copying = "undefined" if head["copying"] is None else f"{head['copying']:+.3f}"
+        table.add_row(f"{head['layer']}.{head['head']}", f"{head['prev_token']:.3f}",
+                      f"{head['prefix_matching']:.3f}", copying)
+    out.print(table)
+    names = [f"{h['layer']}.{h['head']}" for h in induction["heads"]]
+    comp = induction["composition"]
+    table = _table(f"Composition of an earlier head into a later one (Frobenius ratio; random "
+                   f"heads of the same shapes give {comp['baseline']:.3f})", "earlier -> later",
+                   "Q", "K", "V")
+    for a, row in enumerate(comp["k"]):
+        for b, value in enumerate(row):
+            if value is not None:
+                table.add_row(f"{names[a]} -> {names[b]}", f"{comp['q'][a][b]:.3f}",
+                              f"{value:.3f}", f"{comp['v'][a][b]:.3f}")
     out.print(table)
 
 

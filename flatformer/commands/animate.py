@@ -20,8 +20,9 @@ def animate(
     movies: Optional[str] = typer.Option(None, "--movies", help="Movies, comma-separated: "
                                          "mov1_embeddings, mov2_landscape, mov3_qkv, "
                                          "mov4_qk_space, mov5_qk_attention, mov6_spectrum "
-                                         "(modular-addition runs only) (or mov1..mov6, or "
-                                         "1..6) [all this run can have]."),
+                                         "(modular-addition runs only), "
+                                         "mov7_induction_attention (induction runs only) (or "
+                                         "mov1..mov7, or 1..7) [all this run can have]."),
     fps: int = typer.Option(20, help="Frames per second."),
     head: int = typer.Option(0, help="Attention head drawn (block 0)."),
     workers: int = typer.Option(2, help="Rendering processes."),

@@ -165,7 +165,8 @@ def export_run(run: Run | str | Path, step: int | None = None,
     except FlatformerError:  # a task this version does not know: the page works without it
         task, task_name, demo, focus, known, windows = (None, run.config.get("task"), "", "",
                                                        False, None)
-    data = build_export(run.cfg, run.vocab, [(s, run.weights(s)) for s in steps], step,
+    checkpoints = [(s, run.weights(s)) for s in steps]
+    data = build_export(run.cfg, run.vocab, checkpoints, step,
                         title=Path(run.path).name, task=task_name,
                         preset=run.config.get("preset"), demo=demo, focus=focus,
                         metrics=run.metrics, mean_windows=windows)
@@ -173,6 +174,8 @@ def export_run(run: Run | str | Path, step: int | None = None,
         data["circuit"] = circuit_export(run, step)
     if known and task_name == "modular-addition":
         data["key_phase"] = key_phase(run, task.p)
+    if task_name == "induction":
+        data["induction"] = induction_scores(run.cfg, checkpoints)
     return data
 
 
@@ -202,6 +205,18 @@ def key_phase(run: Run, p: int) -> dict:
     k = max(keys, key=lambda f: G.spectrum(embed)[f])
     return {"frequency": int(k), "key_frequencies": keys,
             "phase": (G.phases_of(embed, k) / (2 * np.pi)).tolist()}
+
+
+def induction_scores(cfg: ModelConfig, checkpoints: list[tuple[int, dict]]) -> dict:
+    """Head scores and composition at every exported checkpoint, computed here (the copying
+    score needs eigenvalues) and shown by the page as they are: {"phase_step", "baseline",
+    "steps": {step: {"heads": [...], "composition": {"q", "k", "v"}}}}."""
+    from ..analysis.induction import head_scores, induction_score, locate_phase
+    scores = {s: head_scores(Transformer(cfg, t)) for s, t in checkpoints}
+    rising = induction_score(np.array([sc.prefix_matching for sc in scores.values()]))
+    baseline = next(iter(scores.values())).baseline
+    return {"phase_step": locate_phase(list(scores), rising), "baseline": baseline,
+            "steps": {str(s): sc.to_json() for s, sc in scores.items()}}
 
 
 def export_model(model: Transformer, vocab: list[str], *, title: str = "model",

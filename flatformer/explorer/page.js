@@ -405,8 +405,9 @@
         z: heat("z = Σ weight · v", b + "attn.hook_z", cfg.d_head),
       };
       card.badge = h("span", {class: "badge off"}, "switched off");
+      card.headScores = h("span", {class: "head-scores"});
       card.el = h("div", {class: "head-card", dataset: {head: `${l}.${hd}`}},
-        h("h3", {}, `Head ${l}.${hd}`, card.badge),
+        h("h3", {}, `Head ${l}.${hd}`, card.badge, card.headScores),
         row(card.q.el, card.k.el, card.v.el), row(card.scores.el, card.pattern.el, card.z.el));
       return card;
     });
@@ -434,6 +435,7 @@
         card.z.update(slice("attn.hook_z"), rows, dims(cfg.d_head), {shape: hs[0], axes: hs[1] + ` (head ${hd} shown)`});
         card.badge.style.display = off ? "" : "none";
         card.el.classList.toggle("off", off);
+        showHeadScores(card.headScores, l, hd);
       });
       show(out, cache[b + "hook_attn_out"], rows, dims(cfg.d_model), "resid");
       show(mid, cache[midHook], rows, dims(cfg.d_model), "resid");
@@ -798,6 +800,80 @@
     }};
   }
 
+  // ---- Heads: induction scores and composition (numbers exported from Python) ----
+  // The scores need the copying score's eigenvalues, so Python computes them at every exported
+  // checkpoint (flatformer/analysis/induction.py) and the page shows them as they are.
+  const INDUCTION = DATA.induction || null;
+  const scoresAt = (step) => (INDUCTION ? INDUCTION.steps[String(step)] : null);
+
+  function showHeadScores(box, l, hd) {
+    const at = scoresAt(state.step);
+    box.style.display = at ? "" : "none";
+    if (!at) return;
+    const s = at.heads.find((x) => x.layer === l && x.head === hd);
+    box.dataset.prev = String(s.prev_token);
+    box.dataset.prefix = String(s.prefix_matching);
+    box.dataset.copying = String(s.copying);
+    box.textContent = ` previous-token ${fmt(s.prev_token, 3)} · prefix-matching ${fmt(s.prefix_matching, 3)} · copying ${s.copying === null ? "undefined" : fmt(s.copying, 3)}`;
+  }
+
+  function compositionPanel() {
+    const el = section("composition", "Composition",
+      `Heads as nodes, layer by layer; an arrow from an earlier head A to a later head B, as thick as their composition score ‖M_A M_B‖_F / (‖M_A‖_F ‖M_B‖_F) with M_A = W_V W_O of A and, for B, W_Q W_Kᵀ (Q), its transpose (K) or W_V W_O (V) (Elhage et al. 2021). Random heads of the same shapes score ${fmt(INDUCTION.baseline, 3)} on average; arrows below that are faint. Node labels: previous-token and prefix-matching scores on repeated random tokens (Olsson et al. 2022). The induction score jumps at step ${INDUCTION.phase_step}: move the checkpoint slider across it.`);
+    let mode = "k";
+    const buttons = ["q", "k", "v"].map((m) => h("button", {type: "button", class: "mode", dataset: {mode: m},
+      onclick: () => { mode = m; draw(); }}, `${m.toUpperCase()}-composition`));
+    const NS = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(NS, "svg");
+    const width = 160 + 200 * (L - 1), height = 40 + 90 * H;
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.setAttribute("width", String(width));
+    svg.setAttribute("height", String(height));
+    svg.setAttribute("id", "composition-graph");
+    const table = h("table", {class: "composition", id: "composition-table"});
+    el.append(h("div", {class: "controls"}, buttons), svg, table);
+    const node = (l, hd) => ({x: 80 + 200 * l, y: 45 + 90 * hd});
+    function add(tag, attrs, text) {
+      const e = document.createElementNS(NS, tag);
+      for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+      if (text !== undefined) e.textContent = text;
+      svg.appendChild(e);
+      return e;
+    }
+    function draw() {
+      const at = scoresAt(state.step);
+      while (svg.firstChild) svg.removeChild(svg.firstChild);
+      buttons.forEach((b) => b.classList.toggle("on", b.dataset.mode === mode));
+      const comp = at.composition[mode], n = L * H;
+      for (let a = 0; a < n; a++) for (let b = 0; b < n; b++) {
+        const v = comp[a][b];
+        if (v === null) continue;
+        const p = node(Math.floor(a / H), a % H), q = node(Math.floor(b / H), b % H);
+        add("line", {x1: p.x + 22, y1: p.y, x2: q.x - 22, y2: q.y, stroke: v > INDUCTION.baseline ? "#b2182b" : "#bbbbbb",
+          "stroke-width": (1 + 14 * v).toFixed(2), "stroke-opacity": v > INDUCTION.baseline ? 0.85 : 0.4,
+          "data-pair": `${Math.floor(a / H)}.${a % H}>${Math.floor(b / H)}.${b % H}`, "data-value": String(v)});
+        add("text", {x: (p.x + q.x) / 2, y: (p.y + q.y) / 2 - 4, "text-anchor": "middle", "font-size": 11}, fmt(v, 2));
+      }
+      for (const s of at.heads) {
+        const p = node(s.layer, s.head);
+        add("circle", {cx: p.x, cy: p.y, r: 20, fill: "#ffffff", stroke: "#333333", "stroke-width": 1.2});
+        add("text", {x: p.x, y: p.y + 4, "text-anchor": "middle", "font-size": 12, "font-weight": "bold"}, `${s.layer}.${s.head}`);
+        add("text", {x: p.x, y: p.y + 34, "text-anchor": "middle", "font-size": 10}, `prev ${fmt(s.prev_token, 2)} · prefix ${fmt(s.prefix_matching, 2)}`);
+      }
+      clear(table);
+      table.append(h("thead", {}, h("tr", {}, h("th", {}, "earlier → later"), h("th", {}, "Q"), h("th", {}, "K"), h("th", {}, "V"))));
+      const body = h("tbody");
+      const names = at.heads.map((s) => `${s.layer}.${s.head}`);
+      for (let a = 0; a < n; a++) for (let b = 0; b < n; b++) {
+        if (at.composition.k[a][b] === null) continue;
+        body.appendChild(h("tr", {dataset: {pair: `${names[a]}>${names[b]}`}}, h("td", {}, `${names[a]} → ${names[b]}`),
+          ...["q", "k", "v"].map((m) => h("td", {dataset: {mode: m, value: String(at.composition[m][a][b])}}, fmt(at.composition[m][a][b], 3)))));
+      }
+      table.appendChild(body);
+    }
+    return {el, key: () => String(state.step), update() { draw(); }};
+  }
+
   // ---- Logit lens ----
   function lensPanel() {
     const el = section("lens", "Logit lens",
@@ -882,7 +958,8 @@
   // ---- assemble ----
   const panels = [headerPanel(), sequencePanel(), toolbar(), embedPanel()];
   for (let l = 0; l < L; l++) panels.push(attendPanel(l), ...(M.attnOnly(cfg) ? [] : [thinkPanel(l)]));
-  panels.push(readoutPanel(), knobsPanel(), circuitsPanel(), edgesPanel(), lensPanel());
+  panels.push(readoutPanel(), knobsPanel(), circuitsPanel(), edgesPanel(),
+    ...(INDUCTION ? [compositionPanel()] : []), lensPanel());
   const footer = h("footer", {},
     "Every number on this page is computed in your browser from the exported weights (float64, the same arithmetic as the Python engine); nothing is fetched from the network. ",
     "The address bar holds the whole view: copy it to share exactly this state.");

@@ -13,7 +13,7 @@ command does. `FIGURES` maps each figure's file name to its pair, in the paper's
 
 from __future__ import annotations
 
-from . import attention, circuit, data, geometry, grokking, landscape, trace
+from . import attention, circuit, data, geometry, grokking, induction, landscape, trace
 from .compute import NotInPlane
 from .context import FigureContext
 
@@ -54,6 +54,7 @@ TASK_FIGURES = {
         "grok01_progress": _pair(grokking, "progress"),
         "grok02_spectrum": _pair(grokking, "spectrum"),
     },
+    "induction": {"induction_phase_change": _pair(induction, "phase_change")},
 }
 
 

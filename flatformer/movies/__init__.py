@@ -15,25 +15,32 @@ from ..errors import FlatformerError
 from ..readout import NotInPlane
 from .encode import FORMATS
 from .frames import Checkpoints, load_checkpoints
+from .induction import InductionMovie
 from .render import render
 from .scenes import MOVIES, Geometry, NotForTask
 
-__all__ = ["MOVIES", "FORMATS", "movie_names", "formats", "prepare", "load_checkpoints",
+# Movies of one task kept apart from MOVIES (the suite every run's tests play): offered, and
+# made by default, for that task's runs only.
+TASK_MOVIES = {"induction": {InductionMovie.name: InductionMovie}}
+
+__all__ = ["MOVIES", "TASK_MOVIES", "FORMATS", "movie_names", "formats", "prepare", "load_checkpoints",
            "render", "Checkpoints"]
 
 
 def movie_names(spec: str | None, task: str | None = None) -> list[str]:
     """Movie names from a comma list: full names (mov3_qkv), short ones (mov3, qkv) or numbers
     (3); None or "all" for all of them that a run of `task` can have, in order."""
+    own = TASK_MOVIES.get(task, {})
     if spec is None or spec.strip() == "all":
-        return [n for n, scene in MOVIES.items() if scene.task in (None, task)]
+        return [n for n, scene in MOVIES.items() if scene.task in (None, task)] + list(own)
+    movies = {**MOVIES, **own}
     names = []
     for word in (w.strip() for w in spec.split(",") if w.strip()):
-        match = [n for n in MOVIES if word in (n, n.split("_", 1)[0], n.split("_", 1)[1],
-                                                n[3:4])]
+        match = [n for n in movies if word in (n, n.split("_", 1)[0], n.split("_", 1)[1],
+                                               n[3:4])]
         if not match:
-            raise FlatformerError(f"unknown movie {word!r}; choose from {', '.join(MOVIES)} "
-                                  f"(or mov1..mov6, or all)")
+            raise FlatformerError(f"unknown movie {word!r}; choose from {', '.join(movies)} "
+                                  f"(or mov1..mov{len(movies)}, or all)")
         if match[0] not in names:
             names.append(match[0])
     if not names:
@@ -60,10 +67,11 @@ def prepare(ck: Checkpoints, names: list[str], head: int = 0):
     """The scenes for `names`, every frame's arrays computed, and {name: reason} for those this
     model cannot have (the landscape needs d_model == 2; the spectrum, modular-addition)."""
     geo = Geometry(ck, head)
+    movies = {**MOVIES, **TASK_MOVIES.get(geo.task.name, {})}
     scenes, skipped = [], {}
     for name in names:
         try:
-            scenes.append(MOVIES[name](geo))
+            scenes.append(movies[name](geo))
         except (NotInPlane, NotForTask) as exc:
             skipped[name] = str(exc)
     return scenes, skipped

@@ -9,6 +9,7 @@ from .base import Task
 from .corpus import corpus_for_run
 from .copy_back import CopyThreeBack
 from .first_even import FirstEven
+from .induction import Induction
 from .last_odd import LastOdd
 from .max_so_far import MaxSoFar
 from .modular_addition import ModularAddition
@@ -18,7 +19,7 @@ from .tiny_grammar import TinyGrammar
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in [
     PlusLastEven, LastOdd, FirstEven, Successor, AddMod5, MaxSoFar, CopyThreeBack, AfterLastEven,
-    TinyGrammar, ModularAddition]}
+    TinyGrammar, ModularAddition, Induction]}
 
 
 def get_task(name: str, settings: dict | None = None) -> Task:

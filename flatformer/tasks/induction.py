@@ -1,0 +1,86 @@
+"""Induction: random tokens in which a random segment repeats; inside the repeat, continue it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Task
+
+LETTERS = "abcdefghijklmnopqrstuvwx"
+
+
+def previous_occurrence(seq: np.ndarray) -> np.ndarray:
+    """For each position i, the most recent earlier position holding the same token (-1)."""
+    last: dict[int, int] = {}
+    prev = np.full(len(seq), -1)
+    for i, tok in enumerate(seq.tolist()):
+        prev[i] = last.get(tok, -1)
+        last[tok] = i
+    return prev
+
+
+class Induction(Task):
+    """Inside a repeat, the next token is the one that followed the previous occurrence of the
+    current token.
+
+    Vocabulary: 24 letters a..x. Each sequence is 33 to 40 tokens: a prefix of 4 to 24 distinct
+    random letters, then, from a random position k of the prefix at most 16 from its end, the
+    prefix is copied again from k on, periodically, to the end. The rule is read off the tokens alone: position
+    j is forced when the current token (at j - 1) occurred before, at p (its most recent
+    earlier occurrence), and the token before it repeats too (the token at j - 2 equals the one
+    at p - 1): then the target is the token at p + 1, and its source, the earliest position the
+    target depends on, is p - 1. The first two tokens of a repeat are free (one matching token
+    is not yet evidence of a repeat), and so is the prefix. Because the prefix letters are
+    distinct, every earlier occurrence of the current token is followed by the same letter, so an
+    induction head that attends to all of them reads the right one.
+
+    Example: `c h a e b a e b a`: the prefix `c h a e b` (k = 2), then `a e b a` copied from
+    position 2. Position 6 (`e`) is free; position 7 (`b`) is forced: the current token `e`
+    was last at 3, preceded by `a`, as it is now, and followed by `b`; positions 8 (`a`) and
+    on are forced the same way.
+
+    This is the task of Olsson et al. 2022 ("In-context Learning and Induction Heads"): one
+    attention layer cannot look up "the token after the previous `e`" (a key knows only its
+    own token and position), two can: a previous-token head in layer 0 writes each position's
+    predecessor into it, and an induction head in layer 1 finds the key whose predecessor is
+    the current token (K-composition) and copies it.
+
+    Measured: see `measured` (bench/induction.py: seeds 0-9, default preset and recipe).
+    """
+
+    name = "induction"
+    vocab = list(LETTERS)
+    default_preset = "attn-only-2l"
+    focus = "a"                # the figures' query token: it opens the repeat in the demo
+    demo = "c h a e b a e b"
+    n_sequences = 4000
+    n_held_out = 100           # about 2,500 rule positions: evaluating costs little training
+    min_len = 33
+    max_len = 40
+    min_prefix = 4
+    max_prefix = 24
+    max_period = 16
+    measured = ""
+    measured_error: float | None = None
+
+    def sample(self, rng):
+        length = int(rng.integers(self.min_len, self.max_len + 1))
+        prefix = int(rng.integers(self.min_prefix, self.max_prefix + 1))
+        seq = [int(t) for t in rng.permutation(len(self.vocab))[:prefix]]
+        # k: the repeat copies from here, at most `max_period` back, so repeats (and the keys
+        # they need) come anywhere in a window
+        start = int(rng.integers(max(0, prefix - self.max_period), prefix - 1))
+        period = prefix - start
+        while len(seq) < length:
+            seq.append(seq[len(seq) - period])
+        return seq
+
+    def rule(self, seq):
+        seq = np.asarray(seq)
+        prev = previous_occurrence(seq)
+        target, source = np.full(len(seq), -1), np.full(len(seq), -1)
+        for j in range(2, len(seq)):
+            p = prev[j - 1]
+            if p >= 1 and seq[p - 1] == seq[j - 2]:
+                target[j], source[j] = seq[p + 1], p - 1
+        return target, source
