@@ -29,7 +29,7 @@ def train_seeds(folder: Path, seeds: str, sets: list[str]):
     job, _ = build_job("induction", None, "default", 0, seeds, folder, sets)
     start = time.perf_counter()
     train(job)
-    return [load_run(d) for d in job.dirs], time.perf_counter() - start
+    return [load_run(d) for d in job.out_dirs], time.perf_counter() - start
 
 
 def row(run) -> dict:

@@ -144,7 +144,7 @@ PRESETS: dict[str, dict] = {
                            unembed_bias=True),
     # Attention only, two layers, a 32-token context: the smallest model family that forms
     # induction heads (task `induction`; its 1-layer control is the same with n_layers=1).
-    "attn-only-2l": dict(d_model=16, n_heads=2, d_head=8, n_layers=2, d_mlp=0, n_ctx=32,
+    "attn-only-2l": dict(d_model=16, n_heads=1, d_head=16, n_layers=2, d_mlp=0, n_ctx=32,
                          act_fn="relu", normalization="none", qkv_bias=False, attn_out=True,
                          unembed_bias=True, ln_final=False),
     # Grokking (Nanda et al. 2023's shape, smaller): one block, no LayerNorm, 4 heads with W_O, a
