@@ -7,7 +7,8 @@ recipe), then prints one row per seed: held-out rule error, the best previous-to
 layer 0 and its score, the best prefix-matching head of a later layer and its score, whether
 their K-composition is the largest of all layer-0 -> layer-1 pairs (and its value against the
 random baseline), the phase step and the loss bump before it; then the counts the README
-quotes, and the control's rule errors. Times are wall-clock seconds of each batched run.
+quotes, and the control's rule errors. Times are wall-clock and CPU seconds of each batched run
+(on a busy machine the CPU seconds are the better guess at an idle machine's wall time).
 """
 
 import argparse
@@ -27,14 +28,15 @@ THRESHOLD = 0.8
 
 def train_seeds(folder: Path, seeds: str, sets: list[str]):
     job, _ = build_job("induction", None, "default", 0, seeds, folder, sets)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     train(job)
-    return [load_run(d) for d in job.out_dirs], time.perf_counter() - start
+    return ([load_run(d) for d in job.out_dirs],
+            (time.perf_counter() - start, time.process_time() - cpu))
 
 
 def row(run) -> dict:
     scores = head_scores(run.model())
-    (_, a), (lb, b) = scores.induction_pair(run.cfg.n_heads)
+    (_, a), (lb, b) = scores.induction_pair()
     H = run.cfg.n_heads
     k = scores.composition["k"][:H, H:2 * H]             # layer 0 -> layer 1 pairs
     phase = phase_change(run)
@@ -59,7 +61,8 @@ def main():
         control_errors = [r.metrics[-1]["rule_error"] for r in control]
     cfg = runs[0].cfg
     print(f"attn-only-2l ({cfg.n_params} parameters), seeds {args.seeds}, "
-          f"{runs[0].config['recipe']['steps']} steps: {seconds:.0f} s batched")
+          f"{runs[0].config['recipe']['steps']} steps: {seconds[0]:.0f} s batched "
+          f"({seconds[1]:.0f} s CPU)")
     print(f"{'seed':>4} {'rule err':>8} {'prev head':>9} {'score':>6} {'ind head':>8} "
           f"{'score':>6} {'K largest':>9} {'K':>6} {'phase':>6} {'bump':>6}")
     for r in rows:
@@ -73,7 +76,8 @@ def main():
           f"{len(rows)}; rule error <= 2%: {sum(r['rule_error'] <= 0.02 for r in rows)} / "
           f"{len(rows)} (median {np.median([r['rule_error'] for r in rows]):.2%}); random "
           f"baseline of the composition score {rows[0]['baseline']:.3f}")
-    print(f"1-layer control ({control[0].cfg.n_params} parameters, {control_seconds:.0f} s): "
+    print(f"1-layer control ({control[0].cfg.n_params} parameters, {control_seconds[0]:.0f} s, "
+          f"{control_seconds[1]:.0f} s CPU): "
           f"rule error median {np.median(control_errors):.1%}, best "
           f"{min(control_errors):.1%}, worst {max(control_errors):.1%}")
 

@@ -93,9 +93,10 @@ def two_layer_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def induction_run(tmp_path_factory):
-    """The induction task on attn-only-2l, briefly trained (4 checkpoints; heads not formed)."""
+    """The induction task on attn-only-2l with two heads of 8 per layer (so composition has
+    pairs to compare), briefly trained (4 checkpoints; the heads have not formed)."""
     return make_run(tmp_path_factory.mktemp("induction") / "run", task="induction", steps=300,
-                    candidates=1, eval_every=100)
+                    eval_every=100, n_heads=2, d_head=8)
 
 
 @pytest.fixture(scope="session")

@@ -22,8 +22,9 @@ TransformerLens):
   reading weights (the scale, a per-position number, is not).
 - the baseline: the mean of the same formula over random Gaussian weights of the same shapes
   (so a reader knows what "high" means; Elhage et al. compare against it too).
-- in-context loss (Olsson et al. 2022): the held-out loss on the last quarter of the context
-  minus the loss on the first quarter; it drops when induction heads form.
+- in-context loss (Olsson et al. 2022): the loss on the last quarter of the context minus the
+  loss on the first quarter (here on fixed training windows); it drops when induction heads
+  form, and the training loss may bump just before.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ..config import ModelConfig
 from ..transformer import Transformer
 
 BASELINE_DRAWS = 200
-ICL_WINDOWS = 128   # held-out windows for the in-context loss (of the 400 fixed ones)
+LOSS_WINDOWS = 128  # fixed training windows for the loss curves over checkpoints
 
 
 def repeated_tokens(cfg: ModelConfig, n_seqs: int = 32, seed: int = 0) -> tuple[np.ndarray, int]:
@@ -149,7 +150,7 @@ class HeadScores:
     composition: dict               # {"q", "k", "v"}: (n_heads_total, n_heads_total), NaN off
     baseline: float
 
-    def induction_pair(self, n_heads: int):
+    def induction_pair(self):
         """((layer, head) of the best previous-token head in layer 0, (layer, head) of the best
         prefix-matching head in a later layer), or None with one layer."""
         if self.prev_token.shape[0] < 2:
@@ -182,24 +183,24 @@ def head_scores(model: Transformer) -> HeadScores:
                       composition_matrices(model.cfg, t), composition_baseline(model.cfg))
 
 
-def in_context_loss(model: Transformer, inputs: np.ndarray, targets: np.ndarray) -> float:
-    """Mean loss on the last quarter of the positions minus the first quarter (nats)."""
+def window_losses(model: Transformer, inputs: np.ndarray, targets: np.ndarray):
+    """(loss, in-context loss) in nats over windows: the mean next-token loss, and the mean
+    loss on the last quarter of the positions minus the first quarter."""
     logits = model(inputs)
     logits = logits - logits.max(-1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     nll = -np.take_along_axis(logp, targets[..., None], -1)[..., 0]          # (B, T)
     quarter = max(1, inputs.shape[1] // 4)
-    return float(nll[:, -quarter:].mean() - nll[:, :quarter].mean())
+    return float(nll.mean()), float(nll[:, -quarter:].mean() - nll[:, :quarter].mean())
 
 
 @dataclass
 class PhaseChange:
     steps: list[int]                    # the checkpoints measured
-    in_context_loss: list[float]
+    train_loss: list[float]             # on fixed training windows, at each checkpoint
+    in_context_loss: list[float]        # on the same windows
     prev_token: np.ndarray              # (n_steps, n_layers, n_heads)
     prefix_matching: np.ndarray         # (n_steps, n_layers, n_heads)
-    loss_steps: list[int]               # the evaluations of metrics.jsonl
-    train_loss: list[float]
     phase_step: int                     # where the induction score crosses half its rise
     bump_step: int | None               # the training loss's last rise before phase_step
 
@@ -224,8 +225,8 @@ def locate_phase(steps, score: np.ndarray) -> int:
 
 
 def loss_bump(steps, train_loss, phase_step: int) -> int | None:
-    """The last evaluation up to `phase_step` at which the training loss is higher than at the
-    evaluation before it (a bump), or None when it only falls."""
+    """The last checkpoint up to `phase_step` at which the training loss is higher than at the
+    checkpoint before it (a bump), or None when it only falls."""
     bump = None
     for i in range(1, len(steps)):
         if steps[i] > phase_step:
@@ -236,27 +237,28 @@ def loss_bump(steps, train_loss, phase_step: int) -> int | None:
 
 
 def phase_change(run, steps: list[int] | None = None, progress=None) -> PhaseChange:
-    """Scores and in-context loss at each checkpoint (default: all of them)."""
+    """Scores, training loss and in-context loss at each checkpoint (default: all of them),
+    the losses on the same fixed training windows every time (the first LOSS_WINDOWS)."""
     from ..data import TaskData
     steps = list(run.steps if steps is None else steps)
     data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
+    inputs, targets, _ = data.train.windows(data.train_starts[:LOSS_WINDOWS], run.cfg.n_ctx,
+                                            drop_unseen=False)
     tokens, _ = repeated_tokens(run.cfg)
-    prev, prefix, icl = [], [], []
+    prev, prefix, loss, icl = [], [], [], []
     for i, step in enumerate(steps):
         model = run.model(step)
         p, q = attention_scores(model, tokens)
         prev.append(p)
         prefix.append(q)
-        icl.append(in_context_loss(model, data.val_inputs[:ICL_WINDOWS],
-                                   data.val_targets[:ICL_WINDOWS]))
+        mean, late_minus_early = window_losses(model, inputs, targets)
+        loss.append(mean)
+        icl.append(late_minus_early)
         if progress:
             progress(i + 1, len(steps))
-    metrics = [m for m in run.metrics if m.get("train_loss") is not None]
-    loss_steps = [int(m["step"]) for m in metrics]
-    train = [float(m["train_loss"]) for m in metrics]
-    result = PhaseChange(steps, icl, np.array(prev), np.array(prefix), loss_steps, train, 0, None)
+    result = PhaseChange(steps, loss, icl, np.array(prev), np.array(prefix), 0, None)
     result.phase_step = locate_phase(steps, result.induction_score)
-    result.bump_step = loss_bump(loss_steps, train, result.phase_step)
+    result.bump_step = loss_bump(steps, loss, result.phase_step)
     return result
 
 

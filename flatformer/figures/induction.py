@@ -30,10 +30,10 @@ def draw_phase_change(data: PhaseFigure, fig=None):
     p = data.phase
     fig = new_figure(style.PAGE_WIDTH, 2.2, fig)
     ax_loss, ax_icl, ax_heads = fig.subplots(1, 3)
-    ax_loss.plot(p.loss_steps, p.train_loss, color=style.PALETTE[4], lw=1.0)
+    ax_loss.plot(p.steps, p.train_loss, color=style.PALETTE[4], lw=1.0)
     ax_loss.set_ylabel("training loss (nats)")
     if p.bump_step is not None:
-        i = p.loss_steps.index(p.bump_step)
+        i = p.steps.index(p.bump_step)
         ax_loss.plot([p.bump_step], [p.train_loss[i]], "o", ms=4, mfc="none",
                      color=style.WRONG_COLOR)
         ax_loss.annotate("bump", (p.bump_step, p.train_loss[i]), textcoords="offset points",

@@ -47,7 +47,11 @@ class Induction(Task):
     predecessor into it, and an induction head in layer 1 finds the key whose predecessor is
     the current token (K-composition) and copies it.
 
-    Measured: see `measured` (bench/induction.py: seeds 0-9, default preset and recipe).
+    Measured (bench/induction.py: seeds 0-9 batched, default preset and the task's recipe):
+    attn-only-2l (two layers of one head of 16, 3,616 parameters) learns it: rule error 0.3%,
+    0.5%, 0.1%, 0.0% for seeds 0-3 (median 0.2%), at most 1.8% over seeds 0-9. The same model
+    with one layer (2,592 parameters) does not: 60.5%, 60.2%, 60.0%, 65.6% (median 60.3%; a
+    constant guess errs 95%). Smaller two-layer models were not measured.
     """
 
     name = "induction"
@@ -56,17 +60,17 @@ class Induction(Task):
     focus = "a"                # the figures' query token: it opens the repeat in the demo
     demo = "c h a e b a e b"
     n_sequences = 8000
-    n_held_out = 100           # about 2,500 rule positions: evaluating costs little training
+    n_held_out = 100           # about 1,400 rule positions, each a 32-token window to run
     min_len = 33               # one 32-token window per sequence: positions are sequence positions
     max_len = 33
     min_prefix = 4
     max_prefix = 30
     max_period = 16
-    measured = ""
-    measured_error: float | None = None
+    measured = "0.2% (1 layer: 60%)"
+    measured_error = 0.002
     # One initialisation per seed (every seed measured forms the circuit), a higher learning
     # rate (3e-3 left a quarter of seeds on the plateau at 3,000 steps) and fewer evaluations
-    # (each costs about as much as 200 training steps here).
+    # (each runs all held-out rule windows).
     defaults = {"steps": 6000, "lr": 0.01, "candidates": 1, "eval_every": 500}
 
     def sample(self, rng):
