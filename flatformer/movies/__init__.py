@@ -23,8 +23,8 @@ from .scenes import MOVIES, Geometry, NotForTask
 # made by default, for that task's runs only.
 TASK_MOVIES = {"induction": {InductionMovie.name: InductionMovie}}
 
-__all__ = ["MOVIES", "TASK_MOVIES", "FORMATS", "movie_names", "formats", "prepare", "load_checkpoints",
-           "render", "Checkpoints"]
+__all__ = ["MOVIES", "TASK_MOVIES", "FORMATS", "movie_names", "formats", "prepare",
+           "load_checkpoints", "render", "Checkpoints"]
 
 
 def movie_names(spec: str | None, task: str | None = None) -> list[str]:
