@@ -57,8 +57,8 @@ class Induction(Task):
     name = "induction"
     vocab = TOKENS
     default_preset = "attn-only-2l"
-    focus = "a"                # the figures' query token: it opens the repeat in the demo
-    demo = "c h a e b a e b"
+    focus = "c"                # the figures' query token: it opens the repeat in the demo
+    demo = "c h a e b d g k m p r t w y B E c h a e b d g k m p r t w y B E"
     n_sequences = 8000
     n_held_out = 100           # about 1,400 rule positions, each a 32-token window to run
     min_len = 33               # one 32-token window per sequence: positions are sequence positions
