@@ -273,8 +273,9 @@ def test_bad_options_are_one_line_errors(short_run, args, message):
 
 
 def test_movie_and_format_names():
-    assert movie_names(None) == list(MOVIES)[:5]   # mov6_spectrum is modular-addition's own
-    assert movie_names(None, "modular-addition") == list(MOVIES)
+    assert movie_names(None) == list(MOVIES)        # the five every run can have
+    assert movie_names(None, "modular-addition") == list(MOVIES) + ["mov6_spectrum"]
+    assert movie_names(None, "induction") == list(MOVIES) + ["mov7_induction_attention"]
     assert movie_names("6") == ["mov6_spectrum"]
     assert movie_names("3, mov1,qk_attention,mov3_qkv") == ["mov3_qkv", "mov1_embeddings",
                                                            "mov5_qk_attention"]

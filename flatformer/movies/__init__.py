@@ -17,11 +17,13 @@ from .encode import FORMATS
 from .frames import Checkpoints, load_checkpoints
 from .induction import InductionMovie
 from .render import render
-from .scenes import MOVIES, Geometry, NotForTask
+from .scenes import MOVIES, Geometry, NotForTask, SpectrumMovie
 
-# Movies of one task kept apart from MOVIES (the suite every run's tests play): offered, and
-# made by default, for that task's runs only.
-TASK_MOVIES = {"induction": {InductionMovie.name: InductionMovie}}
+# Movies of one task kept apart from MOVIES (the suite every run can have): made by default
+# for that task's runs only.
+TASK_MOVIES = {"induction": {InductionMovie.name: InductionMovie},
+               "modular-addition": {SpectrumMovie.name: SpectrumMovie}}
+ALL_MOVIES = {**MOVIES, **{n: s for own in TASK_MOVIES.values() for n, s in own.items()}}
 
 __all__ = ["MOVIES", "TASK_MOVIES", "FORMATS", "movie_names", "formats", "prepare",
            "load_checkpoints", "render", "Checkpoints"]
@@ -30,17 +32,16 @@ __all__ = ["MOVIES", "TASK_MOVIES", "FORMATS", "movie_names", "formats", "prepar
 def movie_names(spec: str | None, task: str | None = None) -> list[str]:
     """Movie names from a comma list: full names (mov3_qkv), short ones (mov3, qkv) or numbers
     (3); None or "all" for all of them that a run of `task` can have, in order."""
-    own = TASK_MOVIES.get(task, {})
     if spec is None or spec.strip() == "all":
-        return [n for n, scene in MOVIES.items() if scene.task in (None, task)] + list(own)
-    movies = {**MOVIES, **own}
+        return list(MOVIES) + list(TASK_MOVIES.get(task, {}))
     names = []
     for word in (w.strip() for w in spec.split(",") if w.strip()):
-        match = [n for n in movies if word in (n, n.split("_", 1)[0], n.split("_", 1)[1],
+        match = [n for n in ALL_MOVIES if word in (n, n.split("_", 1)[0], n.split("_", 1)[1],
                                                n[3:4])]
         if not match:
-            raise FlatformerError(f"unknown movie {word!r}; choose from {', '.join(movies)} "
-                                  f"(or mov1..mov{len(movies)}, or all)")
+            raise FlatformerError(f"unknown movie {word!r}; choose from "
+                                  f"{', '.join(ALL_MOVIES)} (or mov1..mov{len(ALL_MOVIES)}, "
+                                  f"or all)")
         if match[0] not in names:
             names.append(match[0])
     if not names:
@@ -67,11 +68,13 @@ def prepare(ck: Checkpoints, names: list[str], head: int = 0):
     """The scenes for `names`, every frame's arrays computed, and {name: reason} for those this
     model cannot have (the landscape needs d_model == 2; the spectrum, modular-addition)."""
     geo = Geometry(ck, head)
-    movies = {**MOVIES, **TASK_MOVIES.get(geo.task.name, {})}
     scenes, skipped = [], {}
     for name in names:
+        if ALL_MOVIES[name].task not in (None, geo.task.name):
+            skipped[name] = f"for {ALL_MOVIES[name].task} runs only"
+            continue
         try:
-            scenes.append(movies[name](geo))
+            scenes.append(ALL_MOVIES[name](geo))
         except (NotInPlane, NotForTask) as exc:
             skipped[name] = str(exc)
     return scenes, skipped

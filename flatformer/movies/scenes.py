@@ -484,4 +484,4 @@ class SpectrumMovie(Scene):
 
 
 MOVIES = {cls.name: cls for cls in (EmbeddingsMovie, LandscapeMovie, QKVMovie, QKSpaceMovie,
-                                    QKAttentionMovie, SpectrumMovie)}
+                                    QKAttentionMovie)}
