@@ -823,26 +823,20 @@
     let mode = "k";
     const buttons = ["q", "k", "v"].map((m) => h("button", {type: "button", class: "mode", dataset: {mode: m},
       onclick: () => { mode = m; draw(); }}, `${m.toUpperCase()}-composition`));
-    const NS = "http://www.w3.org/2000/svg";
-    const svg = document.createElementNS(NS, "svg");
     const width = 160 + 200 * (L - 1), height = 40 + 90 * H;
-    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-    svg.setAttribute("width", String(width));
-    svg.setAttribute("height", String(height));
-    svg.setAttribute("id", "composition-graph");
+    const graph = svg("svg", {viewBox: `0 0 ${width} ${height}`, width, height, id: "composition-graph"});
     const table = h("table", {class: "composition", id: "composition-table"});
-    el.append(h("div", {class: "controls"}, buttons), svg, table);
+    el.append(h("div", {class: "controls"}, buttons), graph, table);
     const node = (l, hd) => ({x: 80 + 200 * l, y: 45 + 90 * hd});
     function add(tag, attrs, text) {
-      const e = document.createElementNS(NS, tag);
-      for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+      const e = svg(tag, attrs);
       if (text !== undefined) e.textContent = text;
-      svg.appendChild(e);
+      graph.appendChild(e);
       return e;
     }
     function draw() {
       const at = scoresAt(state.step);
-      while (svg.firstChild) svg.removeChild(svg.firstChild);
+      while (graph.firstChild) graph.removeChild(graph.firstChild);
       buttons.forEach((b) => b.classList.toggle("on", b.dataset.mode === mode));
       const comp = at.composition[mode], n = L * H;
       for (let a = 0; a < n; a++) for (let b = 0; b < n; b++) {
