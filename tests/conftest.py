@@ -14,8 +14,8 @@ from flatformer.config import preset
 # export, compare on hand-made weights) is the fast loop the README describes.
 SLOW = {
     "test_analysis_cli", "test_bridge_lens", "test_cli", "test_compare_command", "test_edges",
-    "test_explorer_browser", "test_explorer_capture", "test_figures_cli", "test_figures_draw",
-    "test_grammar_floor",
+    "test_explorer_browser", "test_explorer_capture", "test_explorer_hostile",
+    "test_figures_cli", "test_figures_draw", "test_figures_labels", "test_grammar_floor",
     "test_kernels", "test_max_steps", "test_movies", "test_notebook", "test_notebook_tour",
     "test_readme", "test_reproduce", "test_sweep", "test_sweep_cli", "test_tasks_corpus",
     "test_tasks_train", "test_train",
