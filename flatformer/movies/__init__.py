@@ -17,13 +17,13 @@ from .encode import FORMATS
 from .frames import Checkpoints, load_checkpoints
 from .induction import InductionMovie
 from .render import render
-from .scenes import MOVIES, Geometry, NotForTask, SpectrumMovie
+from .scenes import MOVIES, Geometry, SpectrumMovie
 
-# Movies of one task kept apart from MOVIES (the suite every run can have): made by default
-# for that task's runs only.
-TASK_MOVIES = {"induction": {InductionMovie.name: InductionMovie},
-               "modular-addition": {SpectrumMovie.name: SpectrumMovie}}
-ALL_MOVIES = {**MOVIES, **{n: s for own in TASK_MOVIES.values() for n, s in own.items()}}
+# Movies of one task (their `task`) kept apart from MOVIES (the suite every run can have): made
+# by default for that task's runs only, and skipped for any other run.
+TASK_ONLY = (SpectrumMovie, InductionMovie)
+TASK_MOVIES = {cls.task: {cls.name: cls} for cls in TASK_ONLY}
+ALL_MOVIES = {**MOVIES, **{cls.name: cls for cls in TASK_ONLY}}
 
 __all__ = ["MOVIES", "TASK_MOVIES", "FORMATS", "movie_names", "formats", "prepare",
            "load_checkpoints", "render", "Checkpoints"]
@@ -75,6 +75,6 @@ def prepare(ck: Checkpoints, names: list[str], head: int = 0):
             continue
         try:
             scenes.append(ALL_MOVIES[name](geo))
-        except (NotInPlane, NotForTask) as exc:
+        except NotInPlane as exc:
             skipped[name] = str(exc)
     return scenes, skipped

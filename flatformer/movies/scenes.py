@@ -426,10 +426,6 @@ class QKAttentionMovie(Scene):
         self.matrix.set_data(a["scores"])
 
 
-class NotForTask(Exception):
-    """A movie that only a particular task's runs can have."""
-
-
 class SpectrumMovie(Scene):
     """Movie 6 (modular-addition only): the embedding's Fourier spectrum (Nanda et al. 2023),
     and the numbers in the plane of the strongest key frequency, where grokking draws its
@@ -443,8 +439,6 @@ class SpectrumMovie(Scene):
         from ..analysis import grokking as G
         from ..model import Params
         super().__init__(geo)
-        if geo.task.name != self.task:
-            raise NotForTask(f"the spectrum movie is for {self.task} runs")
         p = geo.task.p
         embeds = [m.tensors["embed.W_E"][:p] for m in self.ck.models]
         self.norms = np.array([G.spectrum(w) for w in embeds])
