@@ -76,6 +76,19 @@ class Params:
         """One seed's tensors, copied out."""
         return {name: view[s].copy() for name, view in self.views.items()}
 
+    def member(self, s: int) -> np.ndarray:
+        """One seed's numbers as one vector in the one-seed layout (a new array): how a
+        checkpoint holds the optimizer's moments and the explorer the weights."""
+        return np.concatenate([view[s].ravel() for view in self.views.values()])
+
+    @classmethod
+    def from_members(cls, cfg: ModelConfig, vectors: list[np.ndarray],
+                     dtype=np.float64) -> "Params":
+        """Params holding one-seed vectors (as `member` gives them), one seed each."""
+        rows = np.stack(vectors).astype(dtype, copy=False)                 # (S, n_params)
+        return cls(cfg, len(vectors), np.concatenate(
+            [rows[:, start:stop].ravel() for _, start, stop, _ in _layout(cfg, 1)]))
+
     @classmethod
     def stack(cls, cfg: ModelConfig, tensors: list[dict[str, np.ndarray]]) -> "Params":
         """Params holding the given per-seed tensors, one seed each."""

@@ -203,85 +203,125 @@ class Job:
                 **self.config_extra}
 
 
+@dataclass
+class Snapshot:
+    """Every member's weights and optimizer state at one step, with the running training loss
+    (so that a resumed or joined run writes the same metrics)."""
+
+    members: list[tuple[int, int]]      # (seed, candidate) of each member, in order
+    params: np.ndarray                  # the flat buffers of Params and AdamW
+    m: np.ndarray
+    v: np.ndarray
+    t: int
+    loss_sum: np.ndarray
+    loss_n: int
+
+    def subset(self, cfg: ModelConfig, chosen: list[int]) -> "Snapshot":
+        """Only the members at indices `chosen`, in that order."""
+        n = len(self.members)
+        params, m, v = (Params(cfg, n, buf).select(chosen).flat
+                        for buf in (self.params, self.m, self.v))
+        return Snapshot([self.members[i] for i in chosen], params, m, v, self.t,
+                        self.loss_sum[chosen], self.loss_n)
+
+    @classmethod
+    def join(cls, cfg: ModelConfig, parts: list["Snapshot"]) -> "Snapshot":
+        """The members of several snapshots taken at the same step, one after another."""
+        def joined(get):
+            return Params.from_members(cfg, [Params(cfg, len(p.members), get(p)).member(i)
+                                             for p in parts for i in range(len(p.members))],
+                                       get(parts[0]).dtype).flat
+        return cls([m for p in parts for m in p.members], joined(lambda p: p.params),
+                   joined(lambda p: p.m), joined(lambda p: p.v), parts[0].t,
+                   np.concatenate([p.loss_sum for p in parts]), parts[0].loss_n)
+
+    def checkpoint(self, cfg: ModelConfig, i: int) -> tuple[dict, dict]:
+        """Member i's weights and optimizer state as a checkpoint holds them (float64 whatever
+        the training dtype)."""
+        n = len(self.members)
+        m, v = (Params(cfg, n, buf).member(i).astype(np.float64) for buf in (self.m, self.v))
+        optim = {"m": m, "v": v, "t": np.array([float(self.t)]),
+                 "candidate": np.array([float(self.members[i][1])]),
+                 "loss_sum": np.array([self.loss_sum[i]]),
+                 "loss_n": np.array([float(self.loss_n)])}
+        weights = {k: w.astype(np.float64) for k, w in Params(cfg, n, self.params).seed(i)
+                   .items()}
+        return weights, optim
+
+    @classmethod
+    def from_checkpoints(cls, cfg: ModelConfig, seeds: list[int],
+                         states: list[tuple[dict, dict]], dtype) -> "Snapshot":
+        """The inverse of `checkpoint`, one checkpoint per seed."""
+        params = Params.stack(cfg, [w for w, _ in states]).flat.astype(dtype)
+        m, v = (Params.from_members(cfg, [o[key] for _, o in states], dtype).flat
+                for key in ("m", "v"))
+        optims = [o for _, o in states]
+        return cls([(s, int(o["candidate"][0])) for s, o in zip(seeds, optims)], params, m, v,
+                   int(optims[0]["t"][0]), np.array([o["loss_sum"][0] for o in optims]),
+                   int(optims[0]["loss_n"][0]))
+
+
 def batch_indices(seed: int, candidate: int, chunk: int, n_windows: int, batch: int):
     rng = np.random.default_rng([seed, candidate, chunk])
     return rng.integers(n_windows, size=(CHUNK, batch))
 
 
 class Trainer:
-    """Trains every (seed, candidate) member in lockstep; after `select_step`, one per seed."""
+    """Trains every (seed, candidate) member in lockstep; after `select_step`, one per seed.
+    Starts from fresh initialisations, or from a snapshot taken at step `step`."""
 
-    def __init__(self, job: Job, data: TaskData, progress: Callable | None = None):
+    def __init__(self, job: Job, data: TaskData, progress: Callable | None = None,
+                 start: Snapshot | None = None, step: int = 0):
         self.job, self.data, self.progress = job, data, progress
         keep_freed_memory()
-        r = job.recipe
-        self.members = [(s, c) for s in job.seeds for c in range(r.candidates)]
-        rngs = [np.random.default_rng([s, c]) for s, c in self.members]
-        self.params = init_params(job.cfg, rngs, r.embed_init_scale)
-        if r.dtype != "float64":   # the same initial values, rounded
-            self.params = self.params.like(self.params.flat.astype(r.dtype))
-        self.opt = AdamW(self.params.flat, r.betas, r.eps, r.weight_decay)
-        self.step = 0
+        if start is None:
+            r = job.recipe
+            members = [(s, c) for s in job.seeds for c in range(r.candidates)]
+            rngs = [np.random.default_rng([s, c]) for s, c in members]
+            flat = init_params(job.cfg, rngs, r.embed_init_scale).flat.astype(r.dtype, copy=False)
+            start = Snapshot(members, flat, np.zeros_like(flat), np.zeros_like(flat), 0,
+                             np.zeros(len(members)), 0)
+        self.load(start)
+        self.step = step
         self.metrics: list[list[dict]] = [[] for _ in self.members]
-        self.snapshots: dict[int, tuple] = {}   # while selecting: step -> (params, m, v, t)
-        self.pending: dict[int, np.ndarray] = {}  # while selecting: step -> train loss
+        # While the candidates are tried, evaluations and checkpoints wait for the choice:
+        # step -> (snapshot, training loss since the last evaluation or None, row due).
+        self.waiting: dict[int, tuple[Snapshot, np.ndarray | None, bool]] = {}
+
+    def load(self, snapshot: Snapshot):
+        """Continue from `snapshot` (its buffers are used, not copied)."""
+        r = self.job.recipe
+        self.members = snapshot.members
+        self.params = Params(self.job.cfg, len(self.members), snapshot.params)
+        self.opt = AdamW(self.params.flat, r.betas, r.eps, r.weight_decay)
+        self.opt.m, self.opt.v, self.opt.t = snapshot.m, snapshot.v, snapshot.t
+        self._loss_sum, self._loss_n = snapshot.loss_sum, snapshot.loss_n
         self._batches = (-1, None)
-        self._loss_sum = np.zeros(len(self.members))
-        self._loss_n = 0
 
     @property
     def selecting(self) -> bool:
         """Still training every candidate: checkpoints and metrics wait for the choice."""
         return len(self.members) > len(self.job.seeds)
 
-    def state(self, i: int, snapshot=None) -> tuple[dict, dict]:
-        """Member i's weights and optimizer state (now, or in a snapshot)."""
-        flat, m, v, t, loss_sum, loss_n = snapshot or self.snapshot_now()
-        n = len(self.members)
-        flats = [np.concatenate([view[i].ravel() for view in Params(self.job.cfg, n, buf)
-                                 .views.values()]).astype(np.float64) for buf in (m, v)]
-        # The running training loss goes along, so a resumed run writes the same metrics.
-        optim = {"m": flats[0], "v": flats[1], "t": np.array([float(t)]),
-                 "candidate": np.array([float(self.members[i][1])]),
-                 "loss_sum": np.array([loss_sum[i]]), "loss_n": np.array([float(loss_n)])}
-        weights = {k: w.astype(np.float64) for k, w in Params(self.job.cfg, n, flat).seed(i)
-                   .items()}   # checkpoints hold float64 whatever the training dtype
-        return weights, optim
+    def state(self, i: int) -> tuple[dict, dict]:
+        """Member i's weights and optimizer state now, as a checkpoint holds them."""
+        return self.snapshot().checkpoint(self.job.cfg, i)
 
-    def keep(self, chosen: list[int]):
-        """Continue with only the members at indices `chosen`."""
-        cfg, old_n = self.job.cfg, len(self.members)
-        buffers = [Params(cfg, old_n, buf).select(chosen).flat
-                   for buf in (self.params.flat, self.opt.m, self.opt.v)]
-        t = self.opt.t
-        self.params = Params(cfg, len(chosen), buffers[0])
-        self.opt = AdamW(self.params.flat, self.job.recipe.betas, self.job.recipe.eps,
-                         self.job.recipe.weight_decay)
-        self.opt.m, self.opt.v, self.opt.t = buffers[1], buffers[2], t
-        self.members = [self.members[i] for i in chosen]
-        self.metrics = [self.metrics[i] for i in chosen]
-        self._loss_sum = self._loss_sum[chosen]
-        self._batches = (-1, None)
+    def snapshot(self, copy: bool = False) -> Snapshot:
+        """Where every member stands now (copied, or sharing the live buffers)."""
+        own = np.copy if copy else (lambda x: x)
+        return Snapshot(list(self.members), own(self.params.flat), own(self.opt.m),
+                        own(self.opt.v), self.opt.t, own(self._loss_sum), self._loss_n)
 
-    def restore(self, states: list[tuple[dict, dict]], step: int):
-        """Resume from each seed's checkpoint at `step` (after any selection)."""
-        cfg = self.job.cfg
-        self.keep([self.members.index((s, int(optim["candidate"][0])))
-                   for s, (_, optim) in zip(self.job.seeds, states)])
-        self.params.flat[...] = Params.stack(cfg, [w for w, _ in states]).flat
-        for key, buf in (("m", self.opt.m), ("v", self.opt.v)):
-            for i, view_set in enumerate(states):
-                offset = 0
-                for view in Params(cfg, len(states), buf).views.values():
-                    n = view[i].size
-                    view[i] = view_set[1][key][offset:offset + n].reshape(view[i].shape)
-                    offset += n
-        self.opt.t = int(states[0][1]["t"][0])
-        self._loss_sum = np.array([optim["loss_sum"][0] for _, optim in states])
-        self._loss_n = int(states[0][1]["loss_n"][0])
-        self.step = step
-        for i, out in enumerate(self.job.out_dirs):
-            self.metrics[i] = [m for m in read_metrics(out) if m["step"] <= step]
+    @classmethod
+    def resume(cls, job: Job, data: TaskData, progress: Callable | None, step: int) -> "Trainer":
+        """Continue each seed's run from its checkpoint at `step` (after any selection)."""
+        states = [read_checkpoint(checkpoint_path(out, step)) for out in job.out_dirs]
+        trainer = cls(job, data, progress, Snapshot.from_checkpoints(
+            job.cfg, job.seeds, states, job.recipe.dtype), step)
+        trainer.metrics = [[m for m in read_metrics(out) if m["step"] <= step]
+                           for out in job.out_dirs]
+        return trainer
 
     def batches(self, n: int):
         """Inputs, targets and loss weights of the next n steps, each (n, S, B, T) (with a full
@@ -361,8 +401,7 @@ class Trainer:
         the chosen candidates are computed from their snapshots at selection."""
         train_loss = self.take_train_loss()
         if self.selecting:
-            self.pending[self.step] = train_loss
-            self.snapshot()
+            self.waiting[self.step] = (self.snapshot(copy=True), train_loss, True)
             return
         for i, row in enumerate(self.rows(self.step, self.params, train_loss)):
             self.metrics[i].append(row)
@@ -372,17 +411,9 @@ class Trainer:
         lines = "".join(json.dumps(m) + "\n" for m in self.metrics[i])
         atomic_write(Path(self.job.out_dirs[i]) / "metrics.jsonl", lines.encode())
 
-    def snapshot_now(self, copy: bool = False):
-        state = (self.params.flat, self.opt.m, self.opt.v, self.opt.t, self._loss_sum,
-                 self._loss_n)
-        return tuple(x.copy() if copy and isinstance(x, np.ndarray) else x for x in state)
-
-    def snapshot(self):
-        self.snapshots[self.step] = self.snapshot_now(copy=True)
-
     def checkpoint(self):
         if self.selecting:
-            self.snapshot()
+            self.waiting.setdefault(self.step, (self.snapshot(copy=True), None, False))
         else:
             for i in range(len(self.members)):
                 weights, optim = self.state(i)
@@ -396,47 +427,23 @@ class Trainer:
         for s in self.job.seeds:
             idx = [i for i, (seed, _) in enumerate(self.members) if seed == s]
             chosen.append(min(idx, key=lambda i: (rule_error[i], val_loss[i])))
-        r = self.job.recipe
-        for step, snapshot in sorted(self.snapshots.items()):
-            states = [self.state(i, snapshot) for i in chosen]
+        cfg, r = self.job.cfg, self.job.recipe
+        self.metrics = [[] for _ in chosen]
+        for step, (snapshot, train_loss, row_due) in sorted(self.waiting.items()):
+            kept = snapshot.subset(cfg, chosen)
+            states = [kept.checkpoint(cfg, k) for k in range(len(chosen))]
             if step % r.checkpoint_every == 0:
                 for out, (weights, optim) in zip(self.job.out_dirs, states):
                     save_checkpoint(out, step, weights, optim)
-            if step in self.pending:
-                loss = self.pending[step]
-                for k, row in enumerate(self.rows(step, Params.stack(
-                        self.job.cfg, [w for w, _ in states]),
-                        None if loss is None else loss[chosen])):
-                    self.metrics[chosen[k]].append(row)
-        self.snapshots.clear()
-        self.pending.clear()
-        self.keep(chosen)
+            if row_due:
+                rows = self.rows(step, Params.stack(cfg, [w for w, _ in states]),
+                                 None if train_loss is None else train_loss[chosen])
+                for k, row in enumerate(rows):
+                    self.metrics[k].append(row)
+        self.waiting.clear()
+        self.load(self.snapshot().subset(cfg, chosen))
         for i in range(len(self.members)):
             self.write_metrics(i)
-
-    @classmethod
-    def join(cls, job: Job, parts: list["Trainer"]) -> "Trainer":
-        """One trainer continuing the members of several trainers at the same step."""
-        self = cls.__new__(cls)
-        self.__dict__.update(parts[0].__dict__)
-        self.job = job
-        self.members = [m for p in parts for m in p.members]
-        self.metrics = [m for p in parts for m in p.metrics]
-        self._loss_sum = np.concatenate([p._loss_sum for p in parts])
-        self._batches = (-1, None)
-        cfg, n = job.cfg, len(self.members)
-        buffers = []
-        for get in (lambda p: p.params.flat, lambda p: p.opt.m, lambda p: p.opt.v):
-            joined = Params(cfg, n, dtype=parts[0].params.flat.dtype)
-            for name, view in joined.views.items():
-                view[...] = np.concatenate([Params(cfg, len(p.members), get(p))[name]
-                                            for p in parts])
-            buffers.append(joined.flat)
-        self.params = Params(cfg, n, buffers[0])
-        self.opt = AdamW(self.params.flat, job.recipe.betas, job.recipe.eps,
-                         job.recipe.weight_decay)
-        self.opt.m, self.opt.v, self.opt.t = buffers[1], buffers[2], parts[0].opt.t
-        return self
 
     def run(self, until: int | None = None):
         r = self.job.recipe
@@ -513,9 +520,11 @@ def try_candidates(job: Job, data: TaskData, progress: Callable | None) -> Train
                                   out_dirs=job.out_dirs[lo:lo + per_group])
         part = Trainer(sub, data, progress)
         part.run(until=job.recipe.select_step)
-        part._batches = (-1, None)   # 4 MB of batch indices per group: not kept for 1,024 seeds
-        parts.append(part)
-    return Trainer.join(job, parts)
+        parts.append((part.snapshot(), part.metrics))   # not the trainer: its batch indices
+    joined = Trainer(job, data, progress, Snapshot.join(job.cfg, [s for s, _ in parts]),
+                     job.recipe.select_step)
+    joined.metrics = [m for _, metrics in parts for m in metrics]
+    return joined
 
 
 def train(job: Job, resume: bool = False, progress: Callable | None = None) -> Trainer:
@@ -538,12 +547,11 @@ def _train(job: Job, data: TaskData, resume: bool, progress: Callable | None) ->
     start = prepare_dirs(job, resume)
     if start is not None and job.recipe.candidates > 1 and start < job.recipe.select_step:
         start = None  # killed while the candidates were still being tried: try them again
-    if start is None and job.recipe.candidates > 1:
+    if start:
+        trainer = Trainer.resume(job, data, progress, start)
+    elif job.recipe.candidates > 1:
         trainer = try_candidates(job, data, progress)
     else:
         trainer = Trainer(job, data, progress)
-    if start is not None and start > 0:
-        states = [read_checkpoint(checkpoint_path(out, start)) for out in job.out_dirs]
-        trainer.restore(states, start)
     trainer.run()
     return trainer
