@@ -16,6 +16,7 @@ import numpy as np
 
 from ..data import TaskData
 from ..errors import FlatformerError
+from ..readout import reference_windows
 from ..transformer import Transformer
 from .graph import EdgeGraph
 
@@ -116,7 +117,7 @@ def sender_outputs(graph: EdgeGraph, tokens) -> dict:
 def build_problem(model: Transformer, task, data: TaskData, ablation: str = "mean",
                   metric: str | None = None, n_prompts: int = 200, seed: int = 0) -> Problem:
     """The problem a user asks for: `ablation` mean (each sender's output averaged over the
-    held-out loss windows, per position), resample (its output on the corrupted prompt) or
+    held-out windows of `readout.reference_windows`, per position), resample (its output on the corrupted prompt) or
     zero; `metric` logprob (default when the task forces targets), kl, or logit-diff."""
     if ablation not in ABLATIONS:
         raise FlatformerError(f"--ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
@@ -139,7 +140,8 @@ def build_problem(model: Transformer, task, data: TaskData, ablation: str = "mea
     if ablation == "zero":
         refs = graph.zero_refs()
     elif ablation == "mean":
-        refs = {s: out.mean(0) for s, out in sender_outputs(graph, data.val_inputs).items()}
+        refs = {s: out.mean(0) for s, out in sender_outputs(graph, reference_windows(data))
+                .items()}
     else:
         refs = sender_outputs(graph, corrupt)
     return Problem(graph, tokens, index, target, corrupt, corrupt_target, refs, metric, ablation)

@@ -180,14 +180,15 @@ def export_run(run: Run | str | Path, step: int | None = None,
 
 
 def circuit_export(run: Run, step: int) -> dict:
-    """What the page's circuit panel needs beyond the weights: the held-out windows that mean
-    ablation averages over (the page averages the senders' outputs itself, at any checkpoint),
-    and the circuit `flatformer circuits` finds at `step` (mean ablation, default metric)."""
+    """What the page's circuit panel needs beyond the weights and the mean-ablation windows
+    (`measures.mean_windows`, over which the page averages the senders' outputs itself, at any
+    checkpoint): the circuit `flatformer circuits` finds at `step` (mean ablation, default
+    metric)."""
     from ..edges.methods import build_problem, find_circuits
     data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
     problem = build_problem(run.model(step), run.task, data, "mean")
     found = find_circuits(problem, methods=("exact",))
-    return {"step": step, "windows": data.val_inputs.tolist(), "metric": found["metric"],
+    return {"step": step, "metric": found["metric"],
             "edges": found["circuit"]["edges"], "faithfulness": found["circuit"]["faithfulness"],
             "edges_total": found["circuit"]["edges_total"]}
 

@@ -743,7 +743,7 @@
     const color = {q: "#0072B2", k: "#D55E00", v: "#009E73"};
     return {el, key: () => `${state.step}:${state.seq.join(".")}:${state.cut.join(",")}:${state.only}`, update(c) {
       const T = c.T, model = c.model;
-      const means = memo(`means:${state.step}`, () => M.meanOutputs(model, C.windows));
+      const means = memo(`means:${state.step}`, () => M.meanOutputs(model, DATA.measures.mean_windows));
       const refs = {};
       for (const s of EDGES.senders) refs[s] = means[s].slice(0, T);
       const cut = new Set(state.cut);

@@ -29,9 +29,14 @@ MEAN_WINDOWS = 512             # held-out windows a mean-ablated head's average 
 
 
 def reference_windows(data) -> np.ndarray:
-    """The windows mean ablation averages over: the first MEAN_WINDOWS held-out windows of a
-    `TaskData` (the analysis and the explorer page use the same ones)."""
-    return data.val_inputs[:MEAN_WINDOWS]
+    """The windows mean ablation averages over: a `TaskData`'s held-out windows, or
+    MEAN_WINDOWS of them evenly spaced when there are more (held-out sets may be ordered, e.g.
+    modular-addition's pairs by their first number). The knob tables, the circuits and the
+    explorer page all average over these."""
+    n = len(data.val_inputs)
+    if n <= MEAN_WINDOWS:
+        return data.val_inputs
+    return data.val_inputs[np.linspace(0, n - 1, MEAN_WINDOWS).round().astype(int)]
 
 
 def zero_head(layer: int, head: int) -> Hooks:
