@@ -26,7 +26,8 @@ import torch  # noqa: E402
 from flatformer import kernels  # noqa: E402
 from flatformer.bridge import TorchTransformer  # noqa: E402
 from flatformer.config import preset  # noqa: E402
-from flatformer.model import backward, cross_entropy, forward, init_params  # noqa: E402
+from flatformer.model import (backward, cross_entropy, forward, init_params,  # noqa: E402
+                              keep_freed_memory)
 from flatformer.optim import AdamW  # noqa: E402
 
 torch.set_num_threads(1)  # on this 2-core machine two threads made a tiny step up to 50x slower
@@ -75,6 +76,7 @@ def compiled_step(cfg, batch, seeds, steps, repeats):
 
 
 def numpy_step(cfg, batch, seeds, steps, repeats, dtype=np.float64):
+    keep_freed_memory()   # as the trainer does
     params = init_params(cfg, [np.random.default_rng(s) for s in range(seeds)])
     params = params.like(params.flat.astype(dtype))
     opt = AdamW(params.flat)

@@ -152,6 +152,8 @@ def row_sum(x: np.ndarray) -> np.ndarray:
 
 def row_max(x: np.ndarray) -> np.ndarray:
     """x.max(-1, keepdims=True)."""
+    if x.shape[-1] > 16:                 # long rows: NumPy's own reduction is the fast one
+        return x.max(-1, keepdims=True)
     out = x[..., 0].copy()
     for i in range(1, x.shape[-1]):
         np.maximum(out, x[..., i], out=out)
@@ -181,29 +183,94 @@ def hook_names(cfg: ModelConfig) -> list[str]:
 
 def layer_norm(x, w, b):
     """TransformerLens's LayerNorm on (S, B, T, d): returns (scale, x_hat, output)."""
-    x = x - x.mean(-1, keepdims=True)
-    scale = np.sqrt((x * x).mean(-1, keepdims=True) + LN_EPS)
-    x_hat = x / scale
-    return scale, x_hat, x_hat * w[:, None, None] + b[:, None, None]
+    d = x.shape[-1]
+    x_hat = x - row_sum(x) / d
+    scale = np.sqrt(row_sum(x_hat * x_hat) / d + LN_EPS)
+    x_hat /= scale
+    out = x_hat * w[:, None, None]
+    out += b[:, None, None]
+    return scale, x_hat, out
+
+
+# Elementwise work on big activations goes one cache-sized block at a time: a chain of NumPy
+# passes over a whole array of a million entries streams it through memory once per pass (the
+# tanh is no dearer than a multiply), over a block of BLOCK entries it stays in the L2 cache.
+BLOCK = 1 << 15
+
+
+def blocks(*arrays):
+    """Matching flat slices of BLOCK entries of the given arrays (all C-contiguous, same size)."""
+    flats = [a.reshape(-1) for a in arrays]
+    for i in range(0, flats[0].size, BLOCK):
+        yield [f[i:i + BLOCK] for f in flats]
+
+
+def gelu(pre):
+    """GPT-2's tanh GELU, 0.5 x (1 + tanh(c (x + 0.044715 x^3))), and the tanh, which its
+    derivative reuses."""
+    pre = np.ascontiguousarray(pre)
+    post, t = np.empty_like(pre), np.empty_like(pre)
+    for x, p, h in blocks(pre, post, t):
+        np.multiply(x, x, out=h)
+        h *= 0.044715
+        h += 1.0
+        h *= x
+        h *= GELU_C
+        np.tanh(h, out=h)
+        np.add(h, 1.0, out=p)
+        p *= x
+        p *= 0.5
+    return post, t
+
+
+def gelu_backward(dpost, pre, t):
+    """dpost * d gelu / d pre, in place on dpost, given t = gelu(pre)[1]: the derivative
+    0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2), with 1 - t^2 = (1 - t) (1 + t), is
+    0.5 (1 + t) (1 + x (1 - t) c (1 + 3 * 0.044715 x^2))."""
+    for dy, x, h in blocks(dpost, np.ascontiguousarray(pre), np.ascontiguousarray(t)):
+        g = x * x
+        g *= 3 * 0.044715 * GELU_C
+        g += GELU_C
+        g *= x
+        g *= 1.0 - h
+        g += 1.0
+        g *= 0.5 + 0.5 * h
+        dy *= g
+    return dpost
 
 
 def activation(cfg: ModelConfig, pre):
     if cfg.act_fn == "relu":
         return np.maximum(pre, 0.0)
-    return 0.5 * pre * (1.0 + np.tanh(GELU_C * (pre + 0.044715 * pre * pre * pre)))
+    return gelu(pre)[0]
 
 
 def activation_grad(cfg: ModelConfig, pre):
     """d activation / d pre, elementwise."""
     if cfg.act_fn == "relu":
         return (pre > 0).astype(pre.dtype)
-    t = np.tanh(GELU_C * (pre + 0.044715 * pre * pre * pre))
-    return 0.5 * (1 + t) + 0.5 * pre * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * pre * pre)
+    return gelu_backward(np.ones(np.shape(pre), np.result_type(pre)), pre, gelu(pre)[1])
 
 
 @lru_cache(maxsize=None)
 def causal_mask(T: int) -> np.ndarray:
     return np.tril(np.ones((T, T), dtype=bool))
+
+
+@lru_cache(maxsize=None)
+def causal_bias(T: int, dtype) -> np.ndarray:
+    """Added to attention scores: 0 where a query may read a key (key <= query), -inf above."""
+    bias = np.where(causal_mask(T), 0.0, -np.inf).astype(dtype)
+    bias.flags.writeable = False
+    return bias
+
+
+def qkv_weights(params: Params, b: str) -> np.ndarray:
+    """W_Q, W_K and W_V of block `b` side by side, (S, d, 3 * H * dh): one matrix product makes
+    (or differentiates) all three."""
+    W = np.stack([params[b + f"attn.W_{w}"] for w in "QKV"], axis=1)      # (S,3,H,d,dh)
+    S, _, H, d, dh = W.shape
+    return W.transpose(0, 3, 1, 2, 4).reshape(S, d, 3 * H * dh)
 
 
 def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
@@ -231,7 +298,7 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
     x = hook("hook_embed", (onehot @ params["embed.W_E"]).reshape(S, B, T, d))
     p = hook("hook_pos_embed", np.broadcast_to(params["pos_embed.W_pos"][:, None, :T], (S, B, T, d)))
     resid = x + p                                                          # e = x + p
-    mask = causal_mask(T)
+    mask = causal_bias(T, params.flat.dtype)
     for layer in range(cfg.n_layers):
         b = f"blocks.{layer}."
         resid = hook(b + "hook_resid_pre", resid)
@@ -242,19 +309,21 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
             cache["_" + b + "ln1.x_hat"] = x_hat
             hook(b + "ln1.hook_scale", scale)
             attn_in = hook(b + "ln1.hook_normalized", attn_in)
-        flat_in = attn_in.reshape(S, N, d)
-        heads = []
-        for w in "QKV":
-            out = flat_in @ params[b + f"attn.W_{w}"].transpose(0, 2, 1, 3).reshape(S, d, H * dh)
-            if cfg.qkv_bias:
-                out = out + params[b + f"attn.b_{w}"].reshape(S, 1, H * dh)
-            heads.append(hook(b + f"attn.hook_{w.lower()}", out.reshape(S, B, T, H, dh)))
-        q, k, v = (t.transpose(0, 1, 3, 2, 4) for t in heads)                 # (S,B,H,T,dh)
-        scores = np.where(mask, q @ k.swapaxes(-1, -2) / math.sqrt(dh), -np.inf)
+        qkv = attn_in.reshape(S, N, d) @ qkv_weights(params, b)              # (S,N,3*H*dh)
+        if cfg.qkv_bias:
+            qkv += np.stack([params[b + f"attn.b_{w}"] for w in "QKV"], 1).reshape(S, 1, -1)
+        qkv = qkv.reshape(S, B, T, 3, H, dh)
+        q, k, v = [hook(b + f"attn.hook_{w}", qkv[:, :, :, i]).transpose(0, 1, 3, 2, 4)
+                   for i, w in enumerate("qkv")]                             # (S,B,H,T,dh)
+        scores = q @ k.swapaxes(-1, -2)
+        scores /= math.sqrt(dh)
+        scores += mask
         scores = hook(b + "attn.hook_attn_scores", scores)                     # (S,B,H,T,T)
-        # Masked entries are exponentiated as exp(0) and then zeroed: exp(-inf) takes a slow path.
-        pattern = np.exp(np.where(mask, scores - row_max(scores), 0.0)) * mask
-        pattern = hook(b + "attn.hook_pattern", pattern / row_sum(pattern))
+        pattern = scores + mask                  # masked again, should a hook have unmasked it
+        pattern -= row_max(pattern)
+        np.exp(pattern, out=pattern)
+        pattern /= row_sum(pattern)
+        pattern = hook(b + "attn.hook_pattern", pattern)
         z = hook(b + "attn.hook_z", (pattern @ v).transpose(0, 1, 3, 2, 4))    # (S,B,T,H,dh)
         attn_out = z.reshape(S, N, H * dh)
         if cfg.attn_out:
@@ -271,11 +340,16 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
             cache["_" + b + "ln2.x_hat"] = x_hat
             hook(b + "ln2.hook_scale", scale)
             mlp_in = hook(b + "ln2.hook_normalized", mlp_in)
-        pre = mlp_in.reshape(S, N, d) @ params[b + "mlp.W_in"] + params[b + "mlp.b_in"][:, None]
+        pre = mlp_in.reshape(S, N, d) @ params[b + "mlp.W_in"]
+        pre += params[b + "mlp.b_in"][:, None]
         pre = hook(b + "mlp.hook_pre", pre.reshape(S, B, T, cfg.d_mlp))
-        post = hook(b + "mlp.hook_post", activation(cfg, pre))
-        mlp_out = (post.reshape(S, N, cfg.d_mlp) @ params[b + "mlp.W_out"]
-                   + params[b + "mlp.b_out"][:, None])
+        if cfg.act_fn == "relu":
+            post = np.maximum(pre, 0.0)
+        else:
+            post, cache["_" + b + "mlp.tanh"] = gelu(pre)
+        post = hook(b + "mlp.hook_post", post)
+        mlp_out = post.reshape(S, N, cfg.d_mlp) @ params[b + "mlp.W_out"]
+        mlp_out += params[b + "mlp.b_out"][:, None]
         mlp_out = hook(b + "hook_mlp_out", mlp_out.reshape(S, B, T, d))
         resid = hook(b + "hook_resid_post", resid + mlp_out)                   # h = z + FFN(z)
     if cfg.ln_final:
@@ -285,18 +359,22 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
         resid = hook("ln_final.hook_normalized", resid)
     logits = resid.reshape(S, N, d) @ params["unembed.W_U"]
     if cfg.unembed_bias:
-        logits = logits + params["unembed.b_U"][:, None]
+        logits += params["unembed.b_U"][:, None]
     return logits.reshape(S, B, T, cfg.d_vocab), cache
 
 
 def layer_norm_backward(dy, xhat, scale, w, grads: Params, name: str):
-    """Gradient through LayerNorm; writes the gain and bias gradients into `grads`."""
-    S = dy.shape[0]
-    grads[name + ".w"][...] = (dy * xhat).reshape(S, -1, dy.shape[-1]).sum(1)
-    grads[name + ".b"][...] = dy.reshape(S, -1, dy.shape[-1]).sum(1)
+    """Gradient through LayerNorm, (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / scale with
+    dxhat = dy w; writes the gain and bias gradients into `grads`."""
+    S, d = dy.shape[0], dy.shape[-1]
+    grads[name + ".w"][...] = (dy * xhat).reshape(S, -1, d).sum(1)
+    grads[name + ".b"][...] = dy.reshape(S, -1, d).sum(1)
     dxhat = dy * w[:, None, None]
-    return (dxhat - dxhat.mean(-1, keepdims=True)
-            - xhat * (dxhat * xhat).mean(-1, keepdims=True)) / scale
+    dx = xhat * (row_sum(dxhat * xhat) / d)
+    np.subtract(dxhat, dx, out=dx)
+    dx -= row_sum(dxhat) / d
+    dx /= scale
+    return dx
 
 
 def mlp_backward(params: Params, cache: dict, dresid: np.ndarray, grads: Params, b: str):
@@ -309,13 +387,11 @@ def mlp_backward(params: Params, cache: dict, dresid: np.ndarray, grads: Params,
     pre = cache[b + "mlp.hook_pre"].reshape(S, N, m)
     grads[b + "mlp.W_out"][...] = post.swapaxes(1, 2) @ dresid
     grads[b + "mlp.b_out"][...] = dresid.sum(1)
-    dpost = dresid @ params[b + "mlp.W_out"].swapaxes(1, 2)
+    dpre = dresid @ params[b + "mlp.W_out"].swapaxes(1, 2)                # dloss/dpost
     if cfg.act_fn == "relu":
-        dpre = dpost * (pre > 0)
+        dpre *= pre > 0
     else:
-        t = np.tanh(GELU_C * (pre + 0.044715 * pre * pre * pre))
-        dpre = dpost * (0.5 * (1 + t) + 0.5 * pre * (1 - t * t) * GELU_C
-                        * (1 + 3 * 0.044715 * pre * pre))
+        gelu_backward(dpre, pre, cache["_" + b + "mlp.tanh"])
     mlp_in = (cache[b + "ln2.hook_normalized"] if cfg.normalization == "pre_ln"
               else cache[b + "hook_resid_mid"]).reshape(S, N, d)
     grads[b + "mlp.W_in"][...] = mlp_in.swapaxes(1, 2) @ dpre
@@ -345,7 +421,6 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
         dresid = layer_norm_backward(
             dresid.reshape(S, B, T, d), cache["_ln_final.x_hat"], cache["ln_final.hook_scale"],
             params["ln_final.w"], grads, "ln_final").reshape(S, N, d)
-    mask = causal_mask(T)
     for layer in reversed(range(cfg.n_layers)):
         b = f"blocks.{layer}."
         if not cfg.attn_only:
@@ -360,23 +435,27 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
         dz = dz.reshape(S, B, T, H, dh).transpose(0, 1, 3, 2, 4)               # (S,B,H,T,dh)
         q, k, v = (cache[b + f"attn.hook_{w}"].transpose(0, 1, 3, 2, 4) for w in "qkv")
         pattern = cache[b + "attn.hook_pattern"]
-        dpattern = dz @ v.swapaxes(-1, -2)
-        dv = pattern.swapaxes(-1, -2) @ dz
-        dscores = pattern * (dpattern - row_sum(dpattern * pattern))
-        dscores = np.where(mask, dscores, 0.0) / math.sqrt(dh)
-        dq = dscores @ k
-        dk = dscores.swapaxes(-1, -2) @ q
+        # dq, dk and dv side by side, as the forward pass's q, k and v came out of one product
+        dqkv = np.empty((S, B, T, 3, H, dh), dresid.dtype)
+        dq, dk, dv = (dqkv[:, :, :, i].transpose(0, 1, 3, 2, 4) for i in range(3))
+        np.matmul(pattern.swapaxes(-1, -2), dz, out=dv)
+        dscores = dz @ v.swapaxes(-1, -2)                                      # dloss/dpattern
+        dscores -= row_sum(dscores * pattern)
+        dscores *= pattern                        # the softmax's gradient; 0 where masked
+        dscores /= math.sqrt(dh)
+        np.matmul(dscores, k, out=dq)
+        np.matmul(dscores.swapaxes(-1, -2), q, out=dk)
+        dqkv = dqkv.reshape(S, N, 3 * H * dh)
         attn_in = (cache[b + "ln1.hook_normalized"] if cfg.normalization == "pre_ln"
                    else cache[b + "hook_resid_pre"]).reshape(S, N, d)
-        dattn_in = 0.0
-        for w, dw in zip("QKV", (dq, dk, dv)):
-            dw = dw.transpose(0, 1, 3, 2, 4).reshape(S, N, H * dh)
-            grads[b + f"attn.W_{w}"][...] = (
-                (attn_in.swapaxes(1, 2) @ dw).reshape(S, d, H, dh).transpose(0, 2, 1, 3))
-            if cfg.qkv_bias:
-                grads[b + f"attn.b_{w}"][...] = dw.sum(1).reshape(S, H, dh)
-            W = params[b + f"attn.W_{w}"].transpose(0, 2, 1, 3).reshape(S, d, H * dh)
-            dattn_in = dattn_in + dw @ W.swapaxes(1, 2)
+        dW = (attn_in.swapaxes(1, 2) @ dqkv).reshape(S, d, 3, H, dh)
+        for i, w in enumerate("QKV"):
+            grads[b + f"attn.W_{w}"][...] = dW[:, :, i].transpose(0, 2, 1, 3)
+        if cfg.qkv_bias:
+            db = dqkv.sum(1).reshape(S, 3, H, dh)
+            for i, w in enumerate("QKV"):
+                grads[b + f"attn.b_{w}"][...] = db[:, i]
+        dattn_in = dqkv @ qkv_weights(params, b).swapaxes(1, 2)
         if cfg.normalization == "pre_ln":
             dattn_in = layer_norm_backward(
                 dattn_in.reshape(S, B, T, d), cache["_" + b + "ln1.x_hat"],

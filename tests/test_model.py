@@ -7,7 +7,8 @@ import torch
 from flatformer.bridge import TorchTransformer
 from flatformer.config import ModelConfig, preset
 from flatformer.errors import FlatformerError
-from flatformer.model import backward, cross_entropy, forward, hook_names, init_params
+from flatformer.model import (BLOCK, GELU_C, activation, activation_grad, backward, cross_entropy,
+                              forward, hook_names, init_params)
 from flatformer.transformer import Transformer
 
 
@@ -134,6 +135,43 @@ def test_hooks_change_activations_downstream():
     assert np.abs(logits - base).max() > 1e-6
     with pytest.raises(FlatformerError, match="no activation named"):
         model.run_with_cache(tokens, hooks={"blocks.0.hook_nope": head_off})
+
+
+def test_a_hook_cannot_unmask_the_future():
+    """A hook that zeroes every score (masked ones too) gives uniform attention over the keys a
+    query may read, never over later ones."""
+    cfg = preset("simulator-16d", 28)
+    model = Transformer(cfg, init_params(cfg, [np.random.default_rng(3)]).seed(0))
+    _, cache = model.run_with_cache([[3, 1, 4, 1, 5]], hooks={
+        "blocks.0.attn.hook_attn_scores": lambda x, name: np.zeros_like(x)})
+    T = 5
+    np.testing.assert_allclose(cache["blocks.0.attn.hook_pattern"][0, 0],
+                               np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None])
+
+
+def test_gelu_in_blocks_is_the_textbook_formula():
+    """The GELU and its derivative, computed one cache block at a time, on more than three
+    blocks (the last one partial) against the formulas written out whole."""
+    x = np.random.default_rng(0).normal(0, 3, (3 * BLOCK + 5) * 5).reshape(-1, 5)[:, ::-1]
+    t = np.tanh(GELU_C * (x + 0.044715 * x ** 3))
+    cfg = preset("simulator-16d", 28)
+    np.testing.assert_allclose(activation(cfg, x), 0.5 * x * (1 + t), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(activation_grad(cfg, x), 0.5 * (1 + t) + 0.5 * x * (1 - t * t)
+                               * GELU_C * (1 + 3 * 0.044715 * x * x), rtol=0, atol=1e-14)
+
+
+def test_float32_stays_float32_everywhere():
+    """No silent upcast: every activation the forward pass records, the logits' gradient and
+    every parameter gradient of a float32 model are float32."""
+    cfg = preset("simulator-16d", 28)
+    params, tokens, targets, weights = random_batch(cfg)
+    params = params.like(params.flat.astype(np.float32))
+    logits, cache = forward(params, tokens)
+    assert logits.dtype == np.float32
+    assert {name: a.dtype for name, a in cache.items() if a.dtype != np.float32} == {}
+    loss, dlogits = cross_entropy(logits, targets, weights.astype(np.float32))
+    assert loss.dtype == dlogits.dtype == np.float32
+    assert backward(params, cache, dlogits).flat.dtype == np.float32
 
 
 @pytest.mark.parametrize("bad, message", [
