@@ -16,7 +16,7 @@ import numpy as np
 
 from ..data import TaskData
 from ..errors import FlatformerError
-from ..readout import reference_windows
+from ..readout import knob_kl, log_softmax, reference_windows
 from ..transformer import Transformer
 from .graph import EdgeGraph
 
@@ -24,11 +24,6 @@ ABLATIONS = ("mean", "resample", "zero")
 METRICS = ("logprob", "kl", "logit-diff")
 METHODS = ("exact", "eap", "eap-ig", "acdc")
 CHUNK = 16  # variants per forward pass: bounds memory for the widest models
-
-
-def log_softmax(logits):
-    shifted = logits - logits.max(-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
 
 
 @dataclass
@@ -65,8 +60,7 @@ class Problem:
         if self.metric == "logprob":
             return log_softmax(logits)[:, self.rows, self.target].mean(1)
         if self.metric == "kl":
-            p = np.exp(self.clean_logp)
-            return (p * (self.clean_logp - log_softmax(logits))).sum(-1).mean(1)
+            return knob_kl(self.clean_logits, logits).mean(1)
         return (logits[:, self.rows, self.target]
                 - logits[:, self.rows, self.corrupt_target]).mean(1)
 
