@@ -2,8 +2,8 @@
 
 The knobs (head zero/mean ablation, MLP off, positions off, attention scaled by beta) and their
 cost, KL(original || changed), live in the numeric layer, `flatformer.readout.knobs`, shared with
-the explorer page; they are re-exported here for the analysis code that imports them from this
-module. A patch is a hook like any knob: `{activation name: fn(activation, name)}`.
+the explorer page; they are re-exported here only for code (the tests) that imports them from
+this module. A patch is a hook like any knob: `{activation name: fn(activation, name)}`.
 """
 
 from __future__ import annotations

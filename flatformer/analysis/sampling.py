@@ -1,5 +1,6 @@
-"""Reading out: the one sampler lives in the numeric layer (`flatformer.readout.sampling`);
-`flatformer generate` and the analysis import it from here."""
+"""The one sampler lives in the numeric layer (`flatformer.readout.sampling`, which
+`flatformer generate` and the figures call); this name is kept for code (the tests) that imports
+it from the analysis."""
 
 from ..readout.sampling import (Step, check_settings, distribution, draw, entropy,  # noqa: F401
                                 generate)

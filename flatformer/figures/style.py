@@ -1,8 +1,9 @@
-"""Shared look of every figure, movie and page: token colours, colour maps, sizes.
+"""Shared look of every figure and movie: token colours, colour maps, sizes.
 
-One colour per token everywhere: `token_colors(vocab, focus)` is the single source, so the
-figures, the movies and the browser page agree. Colour maps are colour-blind safe and fetched
-with `matplotlib.colormaps[name]` (matplotlib 3.9 removed `cm.get_cmap`).
+One colour per token: `token_colors(vocab, focus)` is the single source, so the figures and the
+movies agree (the explorer page keeps its own palette, in `explorer/views.js`). Colour maps are
+colour-blind safe and fetched with `matplotlib.colormaps[name]` (matplotlib 3.9 removed
+`cm.get_cmap`).
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@
     scenes, skipped = prepare(ck, movie_names("mov1,mov4"))
     render(scenes, "runs/plus-last-even-seed0/movies", ["mp4", "gif"])
 
-frames.py loads the checkpoints and each frame's metrics; scenes.py computes and draws the five
-movies; draw.py holds the frame layout and fast in-place artists; encode.py the streaming
-writers; render.py splits the frames across processes.
+frames.py loads the checkpoints and each frame's metrics; scenes.py computes and draws the
+paper's five movies and modular-addition's spectrum movie; induction.py the induction task's
+attention movie; draw.py holds the frame layout and fast in-place artists; encode.py the
+streaming writers; render.py splits the frames across processes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The five movies of the paper, one scene each: compute every frame's arrays, then draw.
+"""The five movies of the paper, one scene each, and modular-addition's spectrum movie:
+compute every frame's arrays, then draw.
 
 A scene computes its arrays for all frames when it is made (`frame(i)` returns frame i's), fixes
 its axis limits and colour ranges over the whole movie, builds its figure once (`build`) and then

@@ -12,7 +12,8 @@ matplotlib, typer or rich in it or below it; tests/test_layering.py checks).
 - `probs`: softmax, log-softmax, entropy, KL, and the one KL direction of a knob's cost.
 - `sampling`: the one sampler (temperature, top-k, top-p, a shown draw, sliding window).
 - `batches`: prompts of different lengths, one batch per length.
-- `knobs`: head zero/mean ablation, MLP off, positions off, attention scaled by beta.
+- `knobs`: head zero/mean ablation, MLP off, positions off, attention scaled by beta, and the
+  held-out windows mean ablation averages over (`reference_windows`).
 """
 
 from .batches import by_length, next_token_logits

@@ -1,6 +1,6 @@
 """Distributions from logits, and the measures between them, in nats: softmax, log-softmax,
-entropy and the KL divergence. Every view (figures, analysis, compare, the explorer's reference
-numbers) reads these, and `explorer/model.js` implements the same formulas.
+entropy and the KL divergence. The knobs, the sampler, the landscape, the trace, the logit
+lens and the edges' metrics read these, and `explorer/model.js` implements the same formulas.
 
 KL direction. An intervention's cost is KL(original || changed) = sum_i p_i log(p_i / q_i),
 with p the original next-token distribution and q the changed one: the expected extra surprise,

@@ -18,8 +18,8 @@ class Recall:
     """The roles of a task "after `marker`, say the most recent earlier token in `wanted`":
     the marker, the tokens the rule recalls, the other tokens it recalls past, and a name for
     each of the three classes (wanted, other, marker). The analysis measures the five steps of
-    the paper's algorithm from these, compare aligns seeds by them, and `Task.corrupt` swaps the
-    recalled token for another wanted one."""
+    the paper's algorithm from these, compare checks which of their structures every seed
+    shares, and `Task.corrupt` swaps the recalled token for another wanted one."""
 
     marker: str
     wanted: tuple[str, ...]
