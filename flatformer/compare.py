@@ -54,7 +54,7 @@ from .evaluate import evaluate
 from .model import Params, forward
 from .readout import all_points_tokens, grid, head_outputs, output_logits, square_limits
 from .runs import Run, seed_runs
-from .tasks.base import LEARNED
+from .tasks.base import LEARNED, recall_sources
 from .transformer import Transformer
 
 SUCCESS = LEARNED       # rule error at or below which a seed counts as having learned the task
@@ -379,9 +379,8 @@ def _recall_measures(models, spec: RecallSpec, rows: WindowRows | None, q, k,
         marked = rows.inputs[np.arange(len(rows.index)), rows.index] == spec.marker
         inputs, index = rows.inputs[marked], rows.index[marked]
         if models[0].cfg.n_heads > 1:
-            source = algorithm.recall_sources(inputs, index, wanted)
-            top = rows.pattern[:, marked].argmax(-1)                           # (S, B, H)
-            head = (top == source[None, :, None]).mean(1).argmax(-1)
+            source = recall_sources(inputs, index, wanted)
+            head = algorithm.retrieval_share(rows.pattern[:, marked], source).argmax(-1)
         picked = rows.scores[:, marked][np.arange(S), :, head]                 # (S, B, T)
         recency_windows = algorithm.recency_share(picked, inputs, index, wanted)
     out = {name: np.zeros(S, dtype=bool) for name in ("tokens_separable", "points_separable",

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..data import TaskData
 from ..readout import combined_points, projections, write_heads
-from ..tasks.base import Recall
+from ..tasks.base import Recall, recall_sources
 from ..transformer import Transformer
 from .geometry import ladder, separation
 
@@ -56,14 +56,6 @@ def query_separation(model: Transformer, marker: int, head: int = 0) -> dict:
     return separation(q[marker], others)
 
 
-def recall_sources(inputs: np.ndarray, index: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """For each window, the position of the last token in `wanted` before `index` (-1 if none)."""
-    T = inputs.shape[1]
-    before = (np.arange(T)[None, :] < index[:, None]) & wanted[inputs]
-    last = T - 1 - np.argmax(before[:, ::-1], axis=1)
-    return np.where(before.any(1), last, -1)
-
-
 def _cache(model: Transformer, inputs, cache: dict | None) -> dict:
     """The activations of `inputs` (callers measuring several things pass one cache around)."""
     return model.run_with_cache(inputs)[1] if cache is None else cache
@@ -79,10 +71,16 @@ def retrieval(model: Transformer, inputs, index, wanted: np.ndarray,
     result = {}
     for layer in range(model.cfg.n_layers):
         pattern = cache[f"blocks.{layer}.attn.hook_pattern"]               # (B, H, T, T)
-        for h in range(model.cfg.n_heads):
-            top = pattern[rows, h, index].argmax(-1)
-            result[(layer, h)] = float((top == source).mean())
+        share = retrieval_share(pattern[rows, :, index], source)            # (H,)
+        result.update({(layer, h): float(share[h]) for h in range(model.cfg.n_heads)})
     return result
+
+
+def retrieval_share(weights: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """Retrieval for many models and heads at once: `weights` (..., B, H, T) are the attention
+    rows at each window's prediction, `source` (B,) where the recall reads from; the fraction
+    of windows whose top weight falls on it, (..., H)."""
+    return (weights.argmax(-1) == source[:, None]).mean(-2)
 
 
 def recency(model: Transformer, inputs, index, wanted: np.ndarray, layer: int = 0,

@@ -115,14 +115,11 @@ class Task:
         index = np.asarray(index)
         rows = np.arange(len(inputs))
         if self.recall is not None:
-            wanted = self.recall.ids(self.vocab)[1]
-            mask = self.recall.mask(self.vocab)
-            before = (np.arange(inputs.shape[1]) < index[:, None]) & mask[inputs]
-            if not before.any(1).all():
+            source = recall_sources(inputs, index, self.recall.mask(self.vocab))
+            if (source < 0).any():
                 raise FlatformerError(f"corrupt: a window of {self.name} holds no "
                                       f"{self.recall.names[0]} token before its prediction")
-            source = inputs.shape[1] - 1 - before[:, ::-1].argmax(1)
-            wanted = np.asarray(wanted)
+            wanted = np.asarray(self.recall.ids(self.vocab)[1])
             slot = (inputs[rows, source][:, None] == wanted[None]).argmax(1)
             new = wanted[(slot + rng.integers(1, len(wanted), len(rows))) % len(wanted)]
             inputs[rows, source] = new
@@ -192,6 +189,15 @@ class Task:
     def describe(self) -> str:
         """The first paragraph of the docstring."""
         return (self.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+
+
+def recall_sources(inputs: np.ndarray, index: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each window (W, T), the position of the last token in `wanted` (a (V,) mask) before
+    `index` (W,), where a recall reads from; -1 if none."""
+    T = inputs.shape[1]
+    before = (np.arange(T)[None, :] < index[:, None]) & wanted[inputs]
+    last = T - 1 - np.argmax(before[:, ::-1], axis=1)
+    return np.where(before.any(1), last, -1)
 
 
 def recent_target(seq: np.ndarray, marker: int, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
