@@ -17,6 +17,7 @@ from flatformer.explorer.export import export_run, pack, unpack
 from flatformer.explorer.page import page_html
 from conftest import CONFIGS
 from flatformer.model import hook_names, init_params
+from flatformer.readout import fit_plane
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
 
@@ -174,6 +175,20 @@ def test_the_js_forward_pass_equals_the_engine_everywhere(chromium, paper_run, p
                         np.testing.assert_allclose(np.array(got["cache"][hook], dtype=float),
                                                    cache[hook][0], atol=1e-10, rtol=0,
                                                    err_msg=f"{name} {hook} {js_knobs}")
+
+
+def test_the_page_draws_in_the_planes_python_fits(chromium, paper_run, page_of):
+    rng = np.random.default_rng(3)
+    clouds = [rng.standard_normal((24, d)) * [3.0, 1.5, 0.5, 0.2, 0.1][:d] + 0.7
+              for d in (1, 2, 3, 5)]
+    with visit(chromium, page_of(load_run(paper_run).path)) as page:
+        planes = page.evaluate("(clouds) => clouds.map((c) => FlatModel.pca2(c))",
+                               [c.tolist() for c in clouds])
+    for cloud, got in zip(clouds, planes):
+        plane = fit_plane(cloud)
+        assert got["exact"] == plane.is_identity
+        np.testing.assert_allclose(got["mean"], plane.mean, atol=1e-9, rtol=0)
+        np.testing.assert_allclose(got["axes"], plane.axes, atol=1e-9, rtol=0)
 
 
 def test_a_failed_self_check_is_a_red_banner(chromium, paper_run, tmp_path):

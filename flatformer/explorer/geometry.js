@@ -1,7 +1,9 @@
 // The geometry views: the embedding plane, the query-key plane with its score field, and the
 // output landscape with each position's e -> z arrow. For d_model = 2 (or d_head = 2) they are
-// the model's own coordinates; otherwise the first two principal components, said so on the page.
-// No state of its own: `env` gives the config, the memo cache and the page's current state.
+// the model's own coordinates; otherwise the first two principal components, said so on the page
+// (FlatModel.pca2, readout.plane.fit_plane's definition). `env` gives the config, the vocabulary,
+// the memo cache, the page's current state and (modular-addition) each number's key phase; the
+// only state kept here is what was last drawn, for `last()`.
 "use strict";
 
 const Geometry = {
@@ -19,8 +21,6 @@ const Geometry = {
     const at = (t, i) => `${clip(word(t))}${Views.subscript(i)}`;  // "+₇": token + at position 7
     const lastGeometry = {};
 
-    const exactPlane = (d) => ({mean: new Array(d).fill(0), axes: [[1, 0].concat(new Array(Math.max(0, d - 2)).fill(0)).slice(0, d), [0, 1].concat(new Array(Math.max(0, d - 2)).fill(0)).slice(0, d)], exact: true});
-    const planeFor = (points) => (points[0].length <= 2 ? exactPlane(points[0].length) : M.pca2(points));
     const planeNote = (plane, what) => (plane.exact ? "" : `First two principal components of ${what}.`);
 
     const allSums = (model, posOff) => memo(`sums:${model.step}:${posOff}`, () => sumsOf(model, posOff));
@@ -42,7 +42,7 @@ const Geometry = {
       const sums = allSums(c.model, state.pos);
       const geometry = {step: state.step};
       {
-        const pl = planes.tokens, plane = planeFor(tokens), xy = tokens.map((x) => M.projectPlane(plane, x));
+        const pl = planes.tokens, plane = M.pca2(tokens), xy = tokens.map((x) => M.projectPlane(plane, x));
         pl.begin(Plane.bounds(xy)); pl.axes();
         xy.forEach(([x, y], v) => pl.point({x, y, r: 4.5, fill: colourOf(v), stroke: "#fff", label: clip(word(v)), tip: [`token ${word(v)}`, `W_E[${v}] = (${tokens[v].map(String).join(", ")})`]}));
         pl.setNote(planeNote(plane, "the token vectors") + (state.phase && env.keyPhase ? ` Hue: each number's phase at key frequency ${env.keyPhase.frequency}.` : ""));
@@ -50,7 +50,7 @@ const Geometry = {
         geometry.tokenColours = xy.map((_, v) => colourOf(v));
       }
       {
-        const pl = planes.positions, plane = planeFor(positions), xy = positions.map((x) => M.projectPlane(plane, x));
+        const pl = planes.positions, plane = M.pca2(positions), xy = positions.map((x) => M.projectPlane(plane, x));
         pl.begin(Plane.bounds(xy)); pl.axes();
         pl.line(xy, "rgba(89,99,110,0.6)", 1.2);
         xy.forEach(([x, y], t) => pl.point({x, y, r: 4, shape: "square", fill: t < c.T ? "#1f2328" : "#8c959f", label: `p${Views.subscript(t)}`, tip: [`position ${t}`, `W_pos[${t}] = (${positions[t].map(String).join(", ")})`]}));
@@ -58,7 +58,7 @@ const Geometry = {
         geometry.positions = xy;
       }
       {
-        const pl = planes.sums, plane = planeFor(sums.map((s) => s.e));
+        const pl = planes.sums, plane = M.pca2(sums.map((s) => s.e));
         const xy = sums.map((s) => M.projectPlane(plane, s.e));
         const seqXY = c.run.cache["blocks.0.hook_resid_pre"].map((e) => M.projectPlane(plane, e));
         pl.begin(Plane.bounds(xy.concat(seqXY))); pl.axes();
@@ -94,7 +94,7 @@ const Geometry = {
       const q = queries[qi];
       const backdrop = l === 0 ? allQK(c.model, l, hd, state.pos) : null;
       const cloud = backdrop ? backdrop.flatMap((p) => [p.q, p.k]) : keys.concat(queries);
-      const plane = dh === 2 ? exactPlane(2) : memo(`qkplane:${state.step}:${l}:${hd}:${state.pos}:${backdrop ? "" : c.seq.join(".")}`, () => M.pca2(cloud));
+      const plane = memo(`qkplane:${state.step}:${l}:${hd}:${state.pos}:${backdrop ? "" : c.seq.join(".")}`, () => M.pca2(cloud));
       const P = (x) => M.projectPlane(plane, x);
       const seqK = keys.map(P), seqQ = queries.map(P);
       // The view frames the keys (their differences are what the softmax sees); a query outside
@@ -204,7 +204,7 @@ const Geometry = {
       const state = env.state();
       const l = L - 1, b = `blocks.${l}.`, cache = c.run.cache, mlpOn = !state.mlp.includes(l);
       const sums = allSums(c.model, state.pos);
-      const plane = cfg.d_model === 2 ? exactPlane(2) : memo(`sumplane:${state.step}:${state.pos}`, () => M.pca2(sums.map((s) => s.e)));
+      const plane = memo(`sumplane:${state.step}:${state.pos}`, () => M.pca2(sums.map((s) => s.e)));
       const P = (x) => M.projectPlane(plane, x);
       const E = cache[b + "hook_resid_pre"].map(P), Z = cache[b + "hook_resid_mid"].map(P);
       const cloud = l === 0 && !state.zoom ? sums.map((s) => P(s.e)) : [];

@@ -1,6 +1,6 @@
 // The transformer in JavaScript: the forward pass of flatformer/model.py, one sequence at a
 // time (no seed or batch axis), in float64, with no DOM; and the measures the page shows, each
-// the definition of flatformer/readout (softmax, KL, entropy, the sampler, knobs) or of
+// the definition of flatformer/readout (softmax, KL, entropy, the sampler, knobs, planes) or of
 // analysis/circuits (singular values and their top-k share), and the edge graph of
 // flatformer/edges. Tests hold every number to Python's within 1e-9.
 //
@@ -496,8 +496,9 @@ const FlatModel = (() => {
     return {QK: describe(QK), OV: describe(OV)};
   }
 
-  // The first two principal axes of a set of points: {mean, axes: [u1, u2]}. Signs are fixed
-  // (largest entry positive) so the picture does not flip between checkpoints.
+  // The plane to draw points in (readout.plane.fit_plane): the identity for d <= 2, else the
+  // first two principal axes, {mean, axes: [u1, u2], exact}. Signs are fixed (largest entry
+  // positive) so the picture does not flip between checkpoints.
   function pca2(points) {
     const d = points[0].length, n = points.length;
     const mean = zeros(d);
