@@ -12,6 +12,16 @@ from .tasks.base import Task
 VAL_WINDOWS = 400
 
 
+def evenly_spaced(n: int, k: int) -> np.ndarray:
+    """At most `k` indices into range(n), evenly spaced with the first and last included: how
+    every capped set of held-out windows (and of exported checkpoints) is chosen. Held-out sets
+    may be ordered (modular-addition's pairs by their first number): the first k would be a
+    biased sample."""
+    if n <= k:
+        return np.arange(n)
+    return np.linspace(0, n - 1, k).round().astype(int)
+
+
 @dataclass
 class Corpus:
     """Sequences laid end to end, with each position's rule target and source as global indices."""
@@ -109,9 +119,8 @@ class TaskData:
         # evaluations, at half the cost of all of them. A task of fixed examples counts all.
         val_starts = np.concatenate([np.arange(s, e - n_ctx, n_ctx)
                                      for s, e in zip(held.starts, held.ends)])
-        if len(val_starts) > VAL_WINDOWS and not task.answer_only:
-            val_starts = val_starts[np.linspace(0, len(val_starts) - 1, VAL_WINDOWS).round()
-                                    .astype(int)]
+        if not task.answer_only:
+            val_starts = val_starts[evenly_spaced(len(val_starts), VAL_WINDOWS)]
         val_inputs, val_targets, val_weights = held.windows(val_starts, n_ctx, drop_unseen=False)
         rule_inputs, rule_index, rule_targets, rule_allowed = held.rule_windows(n_ctx)
         return cls(train, held, train.window_starts(n_ctx), val_inputs, val_targets,

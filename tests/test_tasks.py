@@ -6,8 +6,9 @@ import re
 import numpy as np
 import pytest
 
+from flatformer.analysis.report import default_prompts
 from flatformer.config import ModelConfig, preset
-from flatformer.data import TaskData
+from flatformer.data import TaskData, evenly_spaced
 from flatformer.evaluate import evaluate, logits_at
 from flatformer.model import Params, init_params
 from flatformer.tasks import TASKS, get_task
@@ -178,3 +179,23 @@ def test_corruption_changes_what_the_rule_forces(name):
     if task.recall is not None:
         assert ((corrupt != inputs).sum(1) == 1).all()
         assert task.recall.mask(task.vocab)[new].all()
+
+
+def test_capped_sets_are_evenly_spaced_from_first_to_last():
+    assert evenly_spaced(10, 4).tolist() == [0, 3, 6, 9]
+    assert evenly_spaced(3, 5).tolist() == [0, 1, 2]
+    for n in range(1, 40):
+        for k in range(1, n + 1):
+            index = evenly_spaced(n, k)
+            assert len(set(index.tolist())) == k and index[0] == 0
+            assert (np.diff(index) > 0).all() and (k == 1 or index[-1] == n - 1)
+
+
+def test_analyze_default_prompts_cover_an_ordered_held_out_set():
+    # modular-addition's held-out pairs are ordered by their first number a: the first 200
+    # windows would all have a small a.
+    task = get_task("modular-addition")
+    data = TaskData.build(task, 3)
+    prompts = default_prompts(task, data, 200)
+    first = np.array([int(p[0]) for p in prompts])
+    assert len(prompts) == 200 and first.max() - first.min() >= task.p - 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import TaskData
+from ..data import TaskData, evenly_spaced
 from ..edges.methods import build_problem, find_circuits
 from ..errors import FlatformerError
 from ..evaluate import evaluate
@@ -24,17 +24,19 @@ MAX_PROMPTS_BYTES = 1_000_000  # a prompts file is read whole
 
 def default_prompts(task, data: TaskData, limit: int = MAX_PROMPTS) -> list[np.ndarray]:
     """The task's demo, then held-out windows cut just after a position the rule constrains (so
-    the next token is the rule's), or plain held-out windows when the task has no rule."""
+    the next token is the rule's), or plain held-out windows when the task has no rule: `limit`
+    in all, the windows evenly spaced over the held-out set (`data.evenly_spaced`)."""
     prompts = []
     if task.demo:
         demo = np.asarray(task.encode(task.demo))
         if 0 < len(demo) <= data.val_inputs.shape[1]:
             prompts.append(demo)
     if len(data.rule_index):
-        prompts += [w[:i + 1] for w, i in zip(data.rule_inputs, data.rule_index)]
+        windows = [w[:i + 1] for w, i in zip(data.rule_inputs, data.rule_index)]
     else:
-        prompts += list(data.val_inputs)
-    return prompts[:limit]
+        windows = list(data.val_inputs)
+    keep = evenly_spaced(len(windows), max(limit - len(prompts), 0))
+    return (prompts + [windows[i] for i in keep])[:limit]
 
 
 def read_prompts(path, task, n_ctx: int) -> tuple[list[np.ndarray], int]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..data import TaskData
+from ..data import TaskData, evenly_spaced
 from ..errors import FlatformerError
 from ..readout import knob_kl, log_softmax, reference_windows
 from ..transformer import Transformer
@@ -97,8 +97,7 @@ def prompts_for(task, data: TaskData, n: int):
         keep = np.arange(len(data.val_inputs))
         inputs, target = data.val_inputs, data.val_targets[:, -1]
         index = np.full(len(inputs), inputs.shape[1] - 1)
-    if len(keep) > n:
-        keep = keep[np.linspace(0, len(keep) - 1, n).round().astype(int)]
+    keep = keep[evenly_spaced(len(keep), n)]
     return inputs[keep], index[keep], target[keep]
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..analysis.circuits import TOP_K
 from ..config import ModelConfig
-from ..data import TaskData
+from ..data import TaskData, evenly_spaced
 from ..errors import FlatformerError
 from ..model import Params
 from ..readout import BETAS, KL_DIRECTION, reference_windows
@@ -45,8 +45,7 @@ def pick_steps(steps: list[int], keep: int, must: int) -> list[int]:
     """At most `keep` evenly spaced steps (first and last always), plus `must`."""
     if len(steps) <= keep:
         return list(steps)
-    index = np.unique(np.round(np.linspace(0, len(steps) - 1, max(keep, 2))).astype(int))
-    return sorted({steps[i] for i in index} | {must})
+    return sorted({steps[i] for i in evenly_spaced(len(steps), max(keep, 2))} | {must})
 
 
 def reference_prompts(d_vocab: int, n_ctx: int, demo: list[int] | None = None) -> list[list[int]]:

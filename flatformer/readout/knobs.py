@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..data import evenly_spaced
 from ..errors import FlatformerError
 from ..limits import number
 from ..transformer import Transformer
@@ -33,10 +34,7 @@ def reference_windows(data) -> np.ndarray:
     MEAN_WINDOWS of them evenly spaced when there are more (held-out sets may be ordered, e.g.
     modular-addition's pairs by their first number). The knob tables, the circuits and the
     explorer page all average over these."""
-    n = len(data.val_inputs)
-    if n <= MEAN_WINDOWS:
-        return data.val_inputs
-    return data.val_inputs[np.linspace(0, n - 1, MEAN_WINDOWS).round().astype(int)]
+    return data.val_inputs[evenly_spaced(len(data.val_inputs), MEAN_WINDOWS)]
 
 
 def zero_head(layer: int, head: int) -> Hooks:
