@@ -403,7 +403,7 @@ def read_results(path) -> list[dict]:
 
 def summarize(rows: list[dict]) -> list[dict]:
     """One entry per configuration (job), in sweep order: seeds, seeds learned (rule error
-    <= 1%), median and worst rule error, median held-out loss, and the job's seconds."""
+    <= LEARNED), median and worst rule error, median held-out loss, and the job's seconds."""
     by_job: dict[str, list[dict]] = {}
     for row in rows:
         by_job.setdefault(row["job"], []).append(row)

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from ..errors import FlatformerError
+from ..tasks.base import LEARNED
 from .app import app, out, progress_display
 
 
@@ -56,7 +57,7 @@ def sweep(
     # Overrides every configuration shares (say steps=...) are said once, under the table.
     overrides = [set(c["overrides"].split()) for c in summary]
     shared = set.intersection(*overrides) if overrides else set()
-    caption = "learned: seeds at rule error <= 1%; s: the job's seconds"
+    caption = f"learned: seeds at rule error <= {LEARNED:.0%}; s: the job's seconds"
     if shared:
         caption += f"; every job: {' '.join(sorted(shared))}"
     table = Table(box=box.SIMPLE_HEAD, padding=0, caption=caption)

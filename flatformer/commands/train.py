@@ -91,7 +91,7 @@ def train(
             out.print(floor_line(finals[0]["val_loss"], floor), markup=False, soft_wrap=True)
     else:
         learned = sum(f["rule_error"] <= LEARNED for f in finals)
-        out.print(f"{folder}: {len(finals)} seeds, {learned} at rule error <= 1% "
+        out.print(f"{folder}: {len(finals)} seeds, {learned} at rule error <= {LEARNED:.0%} "
                   f"({seconds:.1f} s)", markup=False, soft_wrap=True)
 
 
