@@ -273,12 +273,19 @@ def qkv_weights(params: Params, b: str) -> np.ndarray:
     return W.transpose(0, 3, 1, 2, 4).reshape(S, d, 3 * H * dh)
 
 
-def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
+def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None,
+            read: np.ndarray | None = None):
     """Logits (S, B, T, V) and the cache of named activations, each with a leading seed axis.
 
     `hooks` maps activation names to `fn(activation, name) -> activation`; the returned array
     replaces the activation downstream. Activation shapes follow TransformerLens with the seed
     axis in front: hook_q is (S, B, T, H, dh), hook_pattern (S, B, H, T, T).
+
+    `read` (sorted positions; for training): logits only there, (S, B, P, V). The last block
+    then attends from those P queries only and computes everything after attention only there,
+    so its activations from the scores on have P positions where they would have T; `backward`
+    gives the gradients of the full pass whose logits elsewhere the loss ignores. A loss that
+    reads only the answer position skips most of the last block.
     """
     cfg = params.cfg
     S, B, T = tokens.shape
@@ -298,9 +305,12 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
     x = hook("hook_embed", (onehot @ params["embed.W_E"]).reshape(S, B, T, d))
     p = hook("hook_pos_embed", np.broadcast_to(params["pos_embed.W_pos"][:, None, :T], (S, B, T, d)))
     resid = x + p                                                          # e = x + p
-    mask = causal_bias(T, params.flat.dtype)
+    if read is not None:
+        cache["_read"] = read
     for layer in range(cfg.n_layers):
         b = f"blocks.{layer}."
+        rows = read if read is not None and layer == cfg.n_layers - 1 else None
+        mask = causal_bias(T, params.flat.dtype)
         resid = hook(b + "hook_resid_pre", resid)
         attn_in = resid
         if cfg.normalization == "pre_ln":
@@ -315,6 +325,8 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
         qkv = qkv.reshape(S, B, T, 3, H, dh)
         q, k, v = [hook(b + f"attn.hook_{w}", qkv[:, :, :, i]).transpose(0, 1, 3, 2, 4)
                    for i, w in enumerate("qkv")]                             # (S,B,H,T,dh)
+        if rows is not None:   # the queries the loss reads; their keys and values are all kept
+            q, mask = q[:, :, :, rows], mask[rows]
         scores = q @ k.swapaxes(-1, -2)
         scores /= math.sqrt(dh)
         scores += mask
@@ -325,10 +337,12 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
         pattern /= row_sum(pattern)
         pattern = hook(b + "attn.hook_pattern", pattern)
         z = hook(b + "attn.hook_z", (pattern @ v).transpose(0, 1, 3, 2, 4))    # (S,B,T,H,dh)
-        attn_out = z.reshape(S, N, H * dh)
+        attn_out = z.reshape(S, -1, H * dh)
+        if rows is not None:
+            resid = resid[:, :, rows]
         if cfg.attn_out:
             attn_out = attn_out @ params[b + "attn.W_O"].reshape(S, H * dh, d)
-        attn_out = hook(b + "hook_attn_out", attn_out.reshape(S, B, T, d))
+        attn_out = hook(b + "hook_attn_out", attn_out.reshape(S, B, -1, d))
         if cfg.attn_only:
             resid = hook(b + "hook_resid_post", resid + attn_out)
             continue
@@ -340,27 +354,27 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None):
             cache["_" + b + "ln2.x_hat"] = x_hat
             hook(b + "ln2.hook_scale", scale)
             mlp_in = hook(b + "ln2.hook_normalized", mlp_in)
-        pre = mlp_in.reshape(S, N, d) @ params[b + "mlp.W_in"]
+        pre = mlp_in.reshape(S, -1, d) @ params[b + "mlp.W_in"]
         pre += params[b + "mlp.b_in"][:, None]
-        pre = hook(b + "mlp.hook_pre", pre.reshape(S, B, T, cfg.d_mlp))
+        pre = hook(b + "mlp.hook_pre", pre.reshape(S, B, -1, cfg.d_mlp))
         if cfg.act_fn == "relu":
             post = np.maximum(pre, 0.0)
         else:
             post, cache["_" + b + "mlp.tanh"] = gelu(pre)
         post = hook(b + "mlp.hook_post", post)
-        mlp_out = post.reshape(S, N, cfg.d_mlp) @ params[b + "mlp.W_out"]
+        mlp_out = post.reshape(S, -1, cfg.d_mlp) @ params[b + "mlp.W_out"]
         mlp_out += params[b + "mlp.b_out"][:, None]
-        mlp_out = hook(b + "hook_mlp_out", mlp_out.reshape(S, B, T, d))
+        mlp_out = hook(b + "hook_mlp_out", mlp_out.reshape(S, B, -1, d))
         resid = hook(b + "hook_resid_post", resid + mlp_out)                   # h = z + FFN(z)
     if cfg.ln_final:
         scale, x_hat, resid = layer_norm(resid, params["ln_final.w"], params["ln_final.b"])
         cache["_ln_final.x_hat"] = x_hat
         hook("ln_final.hook_scale", scale)
         resid = hook("ln_final.hook_normalized", resid)
-    logits = resid.reshape(S, N, d) @ params["unembed.W_U"]
+    logits = resid.reshape(S, -1, d) @ params["unembed.W_U"]
     if cfg.unembed_bias:
         logits += params["unembed.b_U"][:, None]
-    return logits.reshape(S, B, T, cfg.d_vocab), cache
+    return logits.reshape(S, B, -1, cfg.d_vocab), cache
 
 
 def layer_norm_backward(dy, xhat, scale, w, grads: Params, name: str):
@@ -405,45 +419,54 @@ def mlp_backward(params: Params, cache: dict, dresid: np.ndarray, grads: Params,
 
 
 def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
-    """Gradients of a loss with respect to every parameter, given dloss/dlogits (S, B, T, V)."""
+    """Gradients of a loss with respect to every parameter, given dloss/dlogits (S, B, T, V)
+    ((S, B, P, V) after a forward pass that read only P positions)."""
     cfg = params.cfg
-    S, B, T, V = dlogits.shape
+    S, B, _, V = dlogits.shape
+    T = cache["hook_embed"].shape[2]
     N, d, H, dh = B * T, cfg.d_model, cfg.n_heads, cfg.d_head
+    read = cache.get("_read")
     grads = params.like()
-    dlogits = dlogits.reshape(S, N, V)
+    dlogits = dlogits.reshape(S, -1, V)
     last = ("ln_final.hook_normalized" if cfg.ln_final
             else f"blocks.{cfg.n_layers - 1}.hook_resid_post")
-    grads["unembed.W_U"][...] = cache[last].reshape(S, N, d).swapaxes(1, 2) @ dlogits
+    grads["unembed.W_U"][...] = cache[last].reshape(S, -1, d).swapaxes(1, 2) @ dlogits
     if cfg.unembed_bias:
         grads["unembed.b_U"][...] = dlogits.sum(1)
     dresid = dlogits @ params["unembed.W_U"].swapaxes(1, 2)                   # (S,N,d)
     if cfg.ln_final:
         dresid = layer_norm_backward(
-            dresid.reshape(S, B, T, d), cache["_ln_final.x_hat"], cache["ln_final.hook_scale"],
-            params["ln_final.w"], grads, "ln_final").reshape(S, N, d)
+            dresid.reshape(S, B, -1, d), cache["_ln_final.x_hat"], cache["ln_final.hook_scale"],
+            params["ln_final.w"], grads, "ln_final").reshape(S, -1, d)
     for layer in reversed(range(cfg.n_layers)):
         b = f"blocks.{layer}."
+        rows = read if read is not None and layer == cfg.n_layers - 1 else None
         if not cfg.attn_only:
             dresid = mlp_backward(params, cache, dresid, grads, b)
         # Attention: z = e + concat_h(softmax(q k^T / sqrt(dh)) v) [W_O]
         dz = dresid
         if cfg.attn_out:
-            z_flat = cache[b + "attn.hook_z"].reshape(S, N, H * dh)
+            z_flat = cache[b + "attn.hook_z"].reshape(S, -1, H * dh)
             W_O = params[b + "attn.W_O"].reshape(S, H * dh, d)
             grads[b + "attn.W_O"][...] = (z_flat.swapaxes(1, 2) @ dresid).reshape(S, H, dh, d)
             dz = dresid @ W_O.swapaxes(1, 2)
-        dz = dz.reshape(S, B, T, H, dh).transpose(0, 1, 3, 2, 4)               # (S,B,H,T,dh)
+        dz = dz.reshape(S, B, -1, H, dh).transpose(0, 1, 3, 2, 4)              # (S,B,H,T,dh)
         q, k, v = (cache[b + f"attn.hook_{w}"].transpose(0, 1, 3, 2, 4) for w in "qkv")
         pattern = cache[b + "attn.hook_pattern"]
         # dq, dk and dv side by side, as the forward pass's q, k and v came out of one product
-        dqkv = np.empty((S, B, T, 3, H, dh), dresid.dtype)
+        # (dq is 0 at queries the loss does not read)
+        dqkv = (np.empty if rows is None else np.zeros)((S, B, T, 3, H, dh), dresid.dtype)
         dq, dk, dv = (dqkv[:, :, :, i].transpose(0, 1, 3, 2, 4) for i in range(3))
         np.matmul(pattern.swapaxes(-1, -2), dz, out=dv)
         dscores = dz @ v.swapaxes(-1, -2)                                      # dloss/dpattern
         dscores -= row_sum(dscores * pattern)
         dscores *= pattern                        # the softmax's gradient; 0 where masked
         dscores /= math.sqrt(dh)
-        np.matmul(dscores, k, out=dq)
+        if rows is None:
+            np.matmul(dscores, k, out=dq)
+        else:
+            dq[:, :, :, rows] = dscores @ k
+            q = q[:, :, :, rows]
         np.matmul(dscores.swapaxes(-1, -2), q, out=dk)
         dqkv = dqkv.reshape(S, N, 3 * H * dh)
         attn_in = (cache[b + "ln1.hook_normalized"] if cfg.normalization == "pre_ln"
@@ -460,6 +483,10 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
             dattn_in = layer_norm_backward(
                 dattn_in.reshape(S, B, T, d), cache["_" + b + "ln1.x_hat"],
                 cache[b + "ln1.hook_scale"], params[b + "ln1.w"], grads, b + "ln1").reshape(S, N, d)
+        if rows is not None:   # the residual stream after attention was kept at those rows only
+            full = np.zeros((S, B, T, d), dresid.dtype)
+            full[:, :, rows] = dresid.reshape(S, B, -1, d)
+            dresid = full.reshape(S, N, d)
         dresid = dresid + dattn_in
     grads["pos_embed.W_pos"][:, :T] = dresid.reshape(S, B, T, d).sum(1)
     grads["embed.W_E"][...] = cache["_onehot"].swapaxes(1, 2) @ dresid
@@ -469,8 +496,10 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
 def cross_entropy(logits: np.ndarray, targets: np.ndarray, weights: np.ndarray):
     """Per-seed weighted mean next-token loss (S,) and its gradient with respect to the logits.
 
-    `weights` (S, B, T) is 1 where a target counts and 0 where it is dropped.
+    `weights` (S, B, T) is 1 where a target counts and 0 where it is dropped. Both results have
+    the logits' dtype (float64 weights would turn a float32 backward pass into a float64 one).
     """
+    weights = weights.astype(logits.dtype, copy=False)
     shifted = logits - row_max(logits)
     exp = np.exp(shifted)
     sumexp = row_sum(exp)

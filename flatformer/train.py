@@ -348,7 +348,13 @@ class Trainer:
     def train_step(self):
         """One step on the NumPy engine (model.py), the reference."""
         (inputs,), (targets,), (weights,) = self.batches(1)
-        logits, cache = forward(self.params, inputs)
+        # Only the positions some loss weight reads need logits (e.g. the answer position).
+        read = np.flatnonzero(weights.any((0, 1)))
+        if len(read) < weights.shape[2]:
+            targets, weights = targets[..., read], weights[..., read]
+        else:
+            read = None
+        logits, cache = forward(self.params, inputs, read=read)
         loss, dlogits = cross_entropy(logits, targets, weights)
         if not np.all(np.isfinite(loss)):
             self.diverged(int(np.flatnonzero(~np.isfinite(loss))[0]))

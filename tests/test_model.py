@@ -50,6 +50,27 @@ def test_logits_and_gradients_equal_autograd(cfg):
                                        atol=1e-10, rtol=0, err_msg=name)
 
 
+@pytest.mark.parametrize("read", [[2], [0, 5], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]])
+def test_reading_only_some_positions_gives_the_full_gradients(cfg, read):
+    """The training path for losses that read only some positions (forward's `read`) gives the
+    logits there and every gradient of the full forward and backward passes, to 1e-12."""
+    params, tokens, targets, weights = random_batch(cfg)
+    read = np.array([t for t in read if t < cfg.n_ctx])
+    weights[..., np.setdiff1d(np.arange(cfg.n_ctx), read)] = 0.0
+    logits, cache = forward(params, tokens)
+    loss, dlogits = cross_entropy(logits, targets, weights)
+    grads = backward(params, cache, dlogits)
+    some, cache = forward(params, tokens, read=read)
+    some_loss, dsome = cross_entropy(some, targets[..., read], weights[..., read])
+    some_grads = backward(params, cache, dsome)
+    np.testing.assert_allclose(some, logits[:, :, read], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(some_loss, loss, rtol=1e-12, atol=0)
+    scale = np.abs(grads.flat).max()   # relative to the largest (b_K's are 0 but for rounding)
+    for name in cfg.param_shapes():
+        np.testing.assert_allclose(some_grads[name], grads[name], rtol=0, atol=1e-12 * scale,
+                                   err_msg=name)
+
+
 def test_cache_matches_the_torch_hooks(cfg):
     params, tokens, _, _ = random_batch(cfg, S=1)
     model = Transformer(cfg, params.seed(0))
@@ -169,7 +190,7 @@ def test_float32_stays_float32_everywhere():
     logits, cache = forward(params, tokens)
     assert logits.dtype == np.float32
     assert {name: a.dtype for name, a in cache.items() if a.dtype != np.float32} == {}
-    loss, dlogits = cross_entropy(logits, targets, weights.astype(np.float32))
+    loss, dlogits = cross_entropy(logits, targets, weights)   # float64 weights, as data gives
     assert loss.dtype == dlogits.dtype == np.float32
     assert backward(params, cache, dlogits).flat.dtype == np.float32
 
