@@ -12,12 +12,17 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from .data import VAL_WINDOWS
 from .errors import FlatformerError
+from .evaluate import CHUNK, GROUP
 
 BASE_MEMORY = 200 * 2**20   # the interpreter, NumPy and the task's data
-GROUP_MEMBERS = 64          # train.MAX_MEMBERS: candidates are tried this many members at a time
-VAL_WINDOWS = 400           # data.VAL_WINDOWS, evaluated whole
-EVAL_PIECE = 16 * 64        # evaluate.GROUP seeds x evaluate.CHUNK windows per forward pass
+# train.MAX_MEMBERS and train.CHUNK (train imports this module, so they cannot be read from
+# there; a test holds them equal): candidates are tried this many members at a time, and batch
+# indices are drawn this many steps at a time.
+GROUP_MEMBERS = 64
+TRAIN_CHUNK = 1000
+EVAL_PIECE = GROUP * CHUNK  # seeds x held-out windows per evaluation forward pass
 
 
 @dataclass
@@ -53,7 +58,7 @@ def memory_needed(cfg, recipe, n_seeds: int, batch: int | None = None) -> int:
             recipe.select_step // recipe.eval_every + 1
     state = members * P * 8 * (4 + 3 * snapshots)
     step = members * B * T * per_token_floats(cfg) * 8 * 2     # forward cache and gradients
-    batches = 1000 * members * B * 8                            # batch indices, CHUNK steps
+    batches = TRAIN_CHUNK * members * B * 8                     # batch indices
     evaluation = (EVAL_PIECE * T * per_token_floats(cfg)
                   + members * VAL_WINDOWS * T * cfg.d_vocab) * 8
     return BASE_MEMORY + state + step + batches + evaluation

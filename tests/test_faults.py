@@ -153,3 +153,8 @@ def test_a_resumed_run_counts_only_the_checkpoints_still_to_come(tmp_path):
     (tmp_path / "run/checkpoints/step_000600.safetensors").unlink()
     assert estimate(job).checkpoints == 1
     assert json.loads((tmp_path / "run/config.json").read_text())["recipe"]["steps"] == 600
+
+
+def test_the_estimate_uses_the_trainers_sizes():
+    from flatformer import resources, train
+    assert (resources.GROUP_MEMBERS, resources.TRAIN_CHUNK) == (train.MAX_MEMBERS, train.CHUNK)
