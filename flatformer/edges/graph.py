@@ -7,7 +7,8 @@ head `aL.H`, every MLP `mL` and the `logits`. A head reads the residual stream t
 has three receivers `aL.H.q`, `aL.H.k`, `aL.H.v`; an MLP and the logits have one receiver each,
 named like the node. An edge `(sender, receiver)` is the sender's output as the receiver reads it
 through the residual stream, whose value at a receiver is the sum of the outputs of every node
-before it (our models have no final LayerNorm between the stream and W_U, so this is exact).
+before it. This is exact: every LayerNorm (pre-LN blocks, the final one) sits inside the
+receiver that reads through it, never on the stream itself.
 
 Edge masks batch the ablations: a mask m (E, n_edges) gives E variants of the model, in which
 receiver r reads x_r = sum over its edges e = (s, r) of ref_s + m_e (out_s - ref_s), where out_s
