@@ -49,6 +49,8 @@ def evaluate(params: Params, data: TaskData, with_loss: bool = True):
     it: the fraction where the top prediction is not among the tokens the rule allows.
     """
     S = params.n_seeds
+    if kernels.preferred(params.cfg, params.flat.dtype):   # no logits leave the kernel
+        return kernels.evaluate(params, data, with_loss)
     if S > EVAL_SEEDS:
         parts = [evaluate(params.select(range(lo, min(lo + EVAL_SEEDS, S))), data, with_loss)
                  for lo in range(0, S, EVAL_SEEDS)]

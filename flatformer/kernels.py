@@ -261,13 +261,47 @@ if numba is not None:
                 np.empty((d, N)), np.empty(N), np.empty((d, N)))
 
     @njit(**EXACT)
-    def forward_seed(p, tok, glob, lay, dims, B, T, bufs):
-        """One seed's forward pass on tok (B, T): the logits land in bufs[13] as (V, N)."""
-        (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, logits,
-         _, _, _, _, _, _, hf, sf, final) = bufs
-        d, H, dh, m, V, gelu = dims[0], dims[1], dims[2], dims[3], dims[4], dims[6]
-        L, N, hd = lay.shape[0], B * T, dims[1] * dims[2]
-        WE, WPOS, WU, BU, LNFW, LNFB = glob[0], glob[1], glob[2], glob[3], glob[4], glob[5]
+    def mlp_forward(p, o, gelu, x, h2, s2, m_in, pre, post, out):
+        """out = x + W_out act(W_in ln2(x) + b_in) + b_out over the columns of x (d, N)."""
+        d, N = x.shape
+        m = pre.shape[0]
+        y = x
+        if o[LN2W] >= 0:
+            layer_norm(p, o[LN2W], o[LN2B], x, h2, s2, m_in)
+            y = m_in
+        linear(p, o[WIN], d, m, y, pre, 0, m, False)
+        add_bias(p, o[BIN], m, pre)
+        for c in range(m):
+            for n in range(N):
+                a = pre[c, n]
+                if gelu:
+                    post[c, n] = 0.5 * a * (1.0 + math.tanh(GELU_C * (a + 0.044715 * a * a * a)))
+                else:
+                    post[c, n] = a if a > 0.0 else 0.0
+        out[:] = x
+        linear(p, o[WOUT], m, d, post, out, 0, d, True)
+        add_bias(p, o[BOUT], d, out)
+
+    @njit(**EXACT)
+    def unembed_forward(p, glob, x, hf, sf, final, logits):
+        """logits (V, N) = [ln_final](x) W_U [+ b_U] over the columns of x (d, N)."""
+        d, V = x.shape[0], logits.shape[0]
+        if glob[4] >= 0:
+            layer_norm(p, glob[4], glob[5], x, hf, sf, final)
+            x = final
+        linear(p, glob[2], d, V, x, logits, 0, V, False)
+        if glob[3] >= 0:
+            add_bias(p, glob[3], V, logits)
+
+    @njit(**EXACT)
+    def blocks_forward(p, tok, glob, lay, dims, B, T, bufs, last_mlp):
+        """Embedding and every block on tok (B, T); without last_mlp, the last block stops
+        after its attention, at bufs[1][L - 1] (its MLP is left to the caller)."""
+        (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, _,
+         _, _, _, _, _, _, _, _, _) = bufs
+        d, H, dh, gelu = dims[0], dims[1], dims[2], dims[6]
+        L, hd = lay.shape[0], dims[1] * dims[2]
+        WE, WPOS = glob[0], glob[1]
         for b in range(B):
             for t in range(T):
                 for i in range(d):
@@ -289,33 +323,38 @@ if numba is not None:
                 linear(p, o[WO], hd, d, z[l], mid[l], 0, d, True)
             else:
                 mid[l] += z[l]
+            if l == L - 1 and not last_mlp:
+                return
             if o[WIN] < 0:   # attention-only block
                 res[l + 1][:] = mid[l]
-                continue
-            x = mid[l]
-            if o[LN2W] >= 0:
-                layer_norm(p, o[LN2W], o[LN2B], x, h2[l], s2[l], m_in[l])
-                x = m_in[l]
-            linear(p, o[WIN], d, m, x, pre[l], 0, m, False)
-            add_bias(p, o[BIN], m, pre[l])
-            for c in range(m):
-                for n in range(N):
-                    a = pre[l, c, n]
-                    if gelu:
-                        post[l, c, n] = 0.5 * a * (1.0 + math.tanh(
-                            GELU_C * (a + 0.044715 * a * a * a)))
-                    else:
-                        post[l, c, n] = a if a > 0.0 else 0.0
-            res[l + 1][:] = mid[l]
-            linear(p, o[WOUT], m, d, post[l], res[l + 1], 0, d, True)
-            add_bias(p, o[BOUT], d, res[l + 1])
-        x = res[L]
-        if LNFW >= 0:
-            layer_norm(p, LNFW, LNFB, x, hf, sf, final)
-            x = final
-        linear(p, WU, d, V, x, logits, 0, V, False)
-        if BU >= 0:
-            add_bias(p, BU, V, logits)
+            else:
+                mlp_forward(p, o, gelu, mid[l], h2[l], s2[l], m_in[l], pre[l], post[l],
+                            res[l + 1])
+
+    @njit(**EXACT)
+    def forward_seed(p, tok, glob, lay, dims, B, T, bufs):
+        """One seed's forward pass on tok (B, T): the logits land in bufs[13] as (V, N)."""
+        blocks_forward(p, tok, glob, lay, dims, B, T, bufs, True)
+        unembed_forward(p, glob, bufs[0][lay.shape[0]], bufs[20], bufs[21], bufs[22], bufs[13])
+
+    @njit(**EXACT)
+    def forward_at(p, tok, at, glob, lay, dims, B, T, bufs, one):
+        """The logits at position at[b] of each window b only, into one[13] (V, B): the last
+        block's MLP and the unembedding read just those columns (causal attention: the
+        positions after at[b] change nothing), in buffers `one` for B windows of 1 token.
+        Each column's arithmetic is forward_seed's, so the numbers are the same."""
+        blocks_forward(p, tok, glob, lay, dims, B, T, bufs, False)
+        L, o, gelu = lay.shape[0], lay[lay.shape[0] - 1], dims[6]
+        mid, at_mid, out = bufs[1][L - 1], one[1][0], one[0][1]
+        for i in range(mid.shape[0]):
+            for b in range(B):
+                at_mid[i, b] = mid[i, b * T + at[b]]
+        if o[WIN] < 0:
+            out[:] = at_mid
+        else:
+            mlp_forward(p, o, gelu, at_mid, one[6][0], one[7][0], one[3][0], one[11][0],
+                        one[12][0], out)
+        unembed_forward(p, glob, out, one[20], one[21], one[22], one[13])
 
     @njit(**EXACT)
     def loss_and_dlogits(logits, tgt, wt, B, T):
@@ -490,34 +529,88 @@ if numba is not None:
     @njit(**EXACT)
     def logits_kernel(flat, starts, sizes, glob, lay, dims, inputs, index, out, lo, hi):
         """Logits of windows shared by every seed, in groups (n_groups, G, T), for seeds
-        lo..hi-1: out is (S, W, T * V), or with index (W,), (S, W, V) at that position of
-        each window (W <= n_groups * G: the last group's padding is not written)."""
+        lo..hi-1: out is (S, W, T * V), or with index (n_groups, G), (S, W, V) at that
+        position of each window (W <= n_groups * G: the last group's padding is not written)."""
         n_groups, G, T = inputs.shape
         S, W = out.shape[0], out.shape[1]
         P = flat.shape[0] // S
         V = dims[4]
         p = np.empty(P)
-        bufs = buffers(dims, lay.shape[0], G, T)
+        bufs, one = buffers(dims, lay.shape[0], G, T), buffers(dims, 1, G, 1)
         for s in range(lo, hi):
             gather(flat, starts, sizes, S, s, p)
             for grp in range(n_groups):
+                if index.shape[0]:
+                    forward_at(p, inputs[grp], index[grp], glob, lay, dims, G, T, bufs, one)
+                    for w in range(min(G, W - grp * G)):
+                        for v in range(V):
+                            out[s, grp * G + w, v] = one[13][v, w]
+                    continue
                 forward_seed(p, inputs[grp], glob, lay, dims, G, T, bufs)
                 logits = bufs[13]
                 for w in range(min(G, W - grp * G)):
-                    row = grp * G + w
-                    if index.shape[0]:
-                        t = index[row]
+                    for t in range(T):
                         for v in range(V):
-                            out[s, row, v] = logits[v, w * T + t]
-                    else:
-                        for t in range(T):
-                            for v in range(V):
-                                out[s, row, t * V + v] = logits[v, w * T + t]
+                            out[s, grp * G + w, t * V + v] = logits[v, w * T + t]
+
+    @njit(**EXACT)
+    def evaluate_kernel(flat, starts, sizes, glob, lay, dims, val_in, val_tgt, val_wt, n_val,
+                        rule_in, rule_at, allowed, n_rule, loss, err, lo, hi):
+        """evaluate.evaluate's held-out loss and rule error for seeds lo..hi-1, without
+        logits leaving the kernel: the weighted mean cross-entropy over n_val windows
+        (groups (n_groups, G, T) as logits_kernel's), and the fraction of n_rule windows whose
+        top prediction (the first largest logit, as argmax) at rule_at is not allowed."""
+        S = loss.shape[0]
+        G, T = val_in.shape[1], val_in.shape[2]
+        P = flat.shape[0] // S
+        V = dims[4]
+        p = np.empty(P)
+        bufs, one = buffers(dims, lay.shape[0], G, T), buffers(dims, 1, G, 1)
+        for s in range(lo, hi):
+            gather(flat, starts, sizes, S, s, p)
+            total, weight = 0.0, 0.0
+            for grp in range(val_in.shape[0] if n_val else 0):
+                forward_seed(p, val_in[grp], glob, lay, dims, G, T, bufs)
+                logits = bufs[13]
+                for w in range(min(G, n_val - grp * G)):
+                    for t in range(T):
+                        n = w * T + t
+                        top = logits[0, n]
+                        for v in range(1, V):
+                            top = max(top, logits[v, n])
+                        norm = 0.0
+                        for v in range(V):
+                            norm += math.exp(logits[v, n] - top)
+                        wt = val_wt[grp, w, t]
+                        total += (math.log(norm) - (logits[val_tgt[grp, w, t], n] - top)) * wt
+                        weight += wt
+            loss[s] = total / max(weight, 1.0) if n_val else np.nan
+            wrong = 0
+            for grp in range(rule_in.shape[0] if n_rule else 0):
+                forward_at(p, rule_in[grp], rule_at[grp], glob, lay, dims, G, T, bufs, one)
+                logits = one[13]
+                for w in range(min(G, n_rule - grp * G)):
+                    best = 0
+                    for v in range(V):
+                        if math.isnan(logits[v, w]):
+                            best = v
+                            break
+                        if logits[v, w] > logits[best, w]:
+                            best = v
+                    wrong += not allowed[grp * G + w, best]
+            err[s] = wrong / n_rule if n_rule else np.nan
 
 
 def threads() -> int:
     """Threads to split seeds over: the cores this process may use."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+@lru_cache(maxsize=1)
+def pool(n: int, pid: int) -> ThreadPoolExecutor:
+    """One pool of n threads per process (a forked child gets its own: the parent's threads
+    do not exist there). Starting threads on every call cost more than a chunk of steps."""
+    return ThreadPoolExecutor(n, thread_name_prefix="flatformer-kernels")
 
 
 def over_seeds(kernel, n_seeds: int, *args):
@@ -531,9 +624,10 @@ def over_seeds(kernel, n_seeds: int, *args):
         return
     blocks = min(n_seeds, 4 * n)
     bounds = [n_seeds * i // blocks for i in range(blocks + 1)]
-    with ThreadPoolExecutor(n) as pool:
-        for job in [pool.submit(kernel, *args, lo, hi) for lo, hi in zip(bounds, bounds[1:])]:
-            job.result()
+    executor = pool(n, os.getpid())
+    jobs = [executor.submit(kernel, *args, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+    for job in jobs:
+        job.result()
 
 
 def _args(params):
@@ -555,21 +649,38 @@ def loss_and_gradients(params, tokens, targets, weights):
 WINDOWS_PER_PASS = 64   # small enough for one seed's activations to stay in the cache
 
 
+def groups(windows, dtype=np.int64):
+    """(W, ...) -> (n_groups, WINDOWS_PER_PASS, ...), the last group padded with zeros."""
+    G = WINDOWS_PER_PASS
+    padded = np.zeros((-(-len(windows) // G) * G, *windows.shape[1:]), dtype=dtype)
+    padded[:len(windows)] = windows
+    return padded.reshape(-1, G, *windows.shape[1:])
+
+
 def logits_at(params, inputs, index=None):
     """As evaluate.logits_at, compiled: (S, W, T, V), or (S, W, V) with `index`."""
     S, (W, T), V = params.n_seeds, inputs.shape, params.cfg.d_vocab
-    G = WINDOWS_PER_PASS
-    padded = np.zeros((-(-W // G) * G, T), dtype=np.int64)
-    padded[:W] = inputs
-    inputs = padded.reshape(-1, G, T)
     if index is None:
         out = np.empty((S, W, T * V))
-        over_seeds(logits_kernel, S, *_args(params), inputs, np.empty(0, dtype=np.int64), out)
+        over_seeds(logits_kernel, S, *_args(params), groups(inputs), np.empty((0, 0), np.int64),
+                   out)
         return out.reshape(S, W, T, V)
     out = np.empty((S, W, V))
-    over_seeds(logits_kernel, S, *_args(params), inputs,
-               np.ascontiguousarray(index, dtype=np.int64), out)
+    over_seeds(logits_kernel, S, *_args(params), groups(inputs), groups(index), out)
     return out
+
+
+def evaluate(params, data, with_loss: bool = True):
+    """As evaluate.evaluate, compiled: per-seed held-out loss and rule error, each (S,)."""
+    S = params.n_seeds
+    loss, err = np.full(S, np.nan), np.full(S, np.nan)
+    n_val = len(data.val_inputs) if with_loss else 0
+    over_seeds(evaluate_kernel, S, *_args(params), groups(data.val_inputs),
+               groups(data.val_targets), groups(data.val_weights, np.float64), n_val,
+               groups(data.rule_inputs), groups(data.rule_index),
+               np.ascontiguousarray(data.rule_allowed, dtype=np.bool_), len(data.rule_inputs),
+               loss, err)
+    return loss, err
 
 
 def train_steps(params, opt, tokens, targets, weights, lrs, loss_sum) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -53,18 +54,57 @@ def atomic_write(path: Path, data: bytes):
                           f"before it is intact") from None
 
 
+def append_write(path: Path, data: bytes):
+    """Append to `path`; a failed write (a full disk) cuts the file back to what it held, so
+    it never ends in half a line."""
+    path = Path(path)
+    try:
+        with open(path, "ab") as f:
+            size = f.tell()
+            try:
+                f.write(data)
+                f.flush()
+            except OSError:
+                f.truncate(size)
+                raise
+    except OSError as exc:
+        raise WriteFailed(f"could not write {path} ({exc.strerror or exc}); the version "
+                          f"before it is intact") from None
+
+
 def checkpoint_path(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{step:06d}.safetensors"
 
 
-def save_checkpoint(run_dir: Path, step: int, tensors: dict[str, np.ndarray],
-                    optim: dict[str, np.ndarray] | None = None):
-    """Weights under their TransformerLens names, plus the optimizer moments for --resume."""
+def checkpoint_bytes(tensors: dict[str, np.ndarray],
+                     optim: dict[str, np.ndarray] | None = None) -> bytes:
+    """A checkpoint file's bytes: the weights under their TransformerLens names, plus the
+    optimizer moments for --resume."""
     data = {name: np.ascontiguousarray(t) for name, t in tensors.items()}
     for name, t in (optim or {}).items():
         data["optim." + name] = np.ascontiguousarray(t)
-    atomic_write(checkpoint_path(run_dir, step),
-                 st_save(data, metadata={"format": "flatformer-1"}))
+    return st_save(data, metadata={"format": "flatformer-1"})
+
+
+class CheckpointLayout:
+    """Where each tensor lies in checkpoints that all hold the same float64 tensors: the
+    safetensors header is the same for all of them, and the data the tensors in one order, so
+    a trainer writes many seeds' checkpoints from one (seeds, numbers) array, with exactly the
+    bytes checkpoint_bytes gives."""
+
+    def __init__(self, shapes: dict[str, tuple]):
+        template = checkpoint_bytes({name: np.zeros(shape) for name, shape in shapes.items()})
+        n = int.from_bytes(template[:8], "little")
+        header = json.loads(template[8:8 + n])
+        self.prefix = template[:8 + n]
+        entries = sorted((info["data_offsets"][0], name) for name, info in header.items()
+                         if name != "__metadata__")
+        self.order = [name for _, name in entries]   # the data's order in the file
+        assert len(template) == 8 + n + 8 * sum(math.prod(s) for s in shapes.values())
+
+    def to_bytes(self, row: np.ndarray) -> bytes:
+        """One checkpoint from its row: every tensor in `order`, raveled, float64."""
+        return self.prefix + np.ascontiguousarray(row, dtype="<f8").tobytes()
 
 
 def read_checkpoint(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

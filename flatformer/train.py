@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -22,8 +23,8 @@ from .lock import hold_all
 from .model import Params, backward, cross_entropy, forward, init_params, keep_freed_memory
 from .optim import AdamW
 from .resources import check_fits
-from .runs import (WriteFailed, atomic_write, check_optim, checkpoint_path, read_checkpoint,
-                   read_metrics, save_checkpoint)
+from .runs import (CheckpointLayout, WriteFailed, append_write, atomic_write, check_optim,
+                   checkpoint_path, read_checkpoint, read_metrics)
 from .tasks.base import Task
 
 CHUNK = 1000  # batches are drawn per seed in chunks of this many steps, keyed by (seed, chunk)
@@ -248,6 +249,23 @@ class Snapshot:
                    .items()}
         return weights, optim
 
+    def checkpoint_rows(self, cfg: ModelConfig, order: list[str]) -> np.ndarray:
+        """`checkpoint` of every member at once: one row of float64 numbers each, the tensors
+        (the optimizer's as "optim.<key>") raveled in `order`."""
+        n = len(self.members)
+
+        def per_member(buf):   # (n, n_params), each row as Params.member gives it
+            return np.concatenate([view.reshape(n, -1) for view in
+                                   Params(cfg, n, buf).views.values()], axis=1)
+        weights = Params(cfg, n, self.params)
+        columns = {**{name: view.reshape(n, -1) for name, view in weights.views.items()},
+                   "optim.m": per_member(self.m), "optim.v": per_member(self.v),
+                   "optim.t": np.full(n, float(self.t)),
+                   "optim.candidate": np.array([float(c) for _, c in self.members]),
+                   "optim.loss_sum": self.loss_sum, "optim.loss_n": np.full(n, float(self.loss_n))}
+        return np.concatenate([np.asarray(columns[name], dtype=np.float64).reshape(n, -1)
+                               for name in order], axis=1)
+
     @classmethod
     def from_checkpoints(cls, cfg: ModelConfig, seeds: list[int],
                          states: list[tuple[dict, dict]], dtype) -> "Snapshot":
@@ -259,6 +277,15 @@ class Snapshot:
         return cls([(s, int(o["candidate"][0])) for s, o in zip(seeds, optims)], params, m, v,
                    int(optims[0]["t"][0]), np.array([o["loss_sum"][0] for o in optims]),
                    int(optims[0]["loss_n"][0]))
+
+
+@lru_cache(maxsize=16)
+def checkpoint_layout(cfg: ModelConfig) -> CheckpointLayout:
+    """Where each tensor lies in this model's checkpoint files (Snapshot.checkpoint's)."""
+    n = cfg.n_params
+    return CheckpointLayout({**cfg.param_shapes(), "optim.m": (n,), "optim.v": (n,),
+                             **{f"optim.{key}": (1,) for key in ("t", "candidate", "loss_sum",
+                                                                 "loss_n")}})
 
 
 def batch_indices(seed: int, candidate: int, chunk: int, n_windows: int, batch: int):
@@ -284,6 +311,8 @@ class Trainer:
         self.load(start)
         self.step = step
         self.metrics: list[list[dict]] = [[] for _ in self.members]
+        # Rows of each member's metrics.jsonl this trainer wrote (None: rewrite it whole).
+        self.written: list[int | None] = [None] * len(self.members)
         # While the candidates are tried, evaluations and checkpoints wait for the choice:
         # step -> (snapshot, training loss since the last evaluation or None, row due).
         self.waiting: dict[int, tuple[Snapshot, np.ndarray | None, bool]] = {}
@@ -414,16 +443,28 @@ class Trainer:
             self.write_metrics(i)
 
     def write_metrics(self, i: int):
-        lines = "".join(json.dumps(m) + "\n" for m in self.metrics[i])
-        atomic_write(Path(self.job.out_dirs[i]) / "metrics.jsonl", lines.encode())
+        """Append member i's new rows to its metrics.jsonl; a trainer's first write rewrites
+        the file whole (a resumed run's may hold rows past the checkpoint it resumed from)."""
+        rows, done = self.metrics[i], self.written[i]
+        lines = "".join(json.dumps(m) + "\n" for m in rows[done or 0:]).encode()
+        path = Path(self.job.out_dirs[i]) / "metrics.jsonl"
+        (atomic_write if done is None else append_write)(path, lines)
+        self.written[i] = len(rows)
 
     def checkpoint(self):
         if self.selecting:
             self.waiting.setdefault(self.step, (self.snapshot(copy=True), None, False))
         else:
-            for i in range(len(self.members)):
-                weights, optim = self.state(i)
-                save_checkpoint(self.job.out_dirs[i], self.step, weights, optim)
+            self.save_checkpoints(self.step, self.snapshot())
+
+    def save_checkpoints(self, step: int, snapshot: Snapshot):
+        """The checkpoint at `step` of each member of `snapshot` (one per seed), in its run
+        folder: the bytes of runs.checkpoint_bytes(*snapshot.checkpoint(cfg, i)), built for
+        all members at once."""
+        layout = checkpoint_layout(self.job.cfg)
+        for out, row in zip(self.job.out_dirs, snapshot.checkpoint_rows(self.job.cfg,
+                                                                        layout.order)):
+            atomic_write(checkpoint_path(out, step), layout.to_bytes(row))
 
     def select(self):
         """Keep each seed's candidate with the lowest held-out rule error now (then the lowest
@@ -435,14 +476,13 @@ class Trainer:
             chosen.append(min(idx, key=lambda i: (rule_error[i], val_loss[i])))
         cfg, r = self.job.cfg, self.job.recipe
         self.metrics = [[] for _ in chosen]
+        self.written = [None] * len(chosen)
         for step, (snapshot, train_loss, row_due) in sorted(self.waiting.items()):
             kept = snapshot.subset(cfg, chosen)
-            states = [kept.checkpoint(cfg, k) for k in range(len(chosen))]
             if step % r.checkpoint_every == 0:
-                for out, (weights, optim) in zip(self.job.out_dirs, states):
-                    save_checkpoint(out, step, weights, optim)
-            if row_due:
-                rows = self.rows(step, Params.stack(cfg, [w for w, _ in states]),
+                self.save_checkpoints(step, kept)
+            if row_due:   # evaluated in float64, as the checkpoints hold the weights
+                rows = self.rows(step, Params(cfg, len(chosen), kept.params.astype(np.float64)),
                                  None if train_loss is None else train_loss[chosen])
                 for k, row in enumerate(rows):
                     self.metrics[k].append(row)

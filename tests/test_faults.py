@@ -73,15 +73,15 @@ def test_a_sweep_into_a_folder_being_written_is_refused(tmp_path):
 
 
 class FullDisk:
-    """open() for flatformer.runs that fails the n-th write of a matching file halfway, with
-    ENOSPC, as a disk filling up mid-write does."""
+    """open() for flatformer.runs that fails the n-th write or append of a matching file
+    halfway, with ENOSPC, as a disk filling up mid-write does."""
 
     def __init__(self, fail_at: int, match: str):
         self.count, self.fail_at, self.match = 0, fail_at, match
 
     def __call__(self, path, mode="r", *args, **kwargs):
         f = open(path, mode, *args, **kwargs)
-        if "w" in mode and self.match in str(path):
+        if ("w" in mode or "a" in mode) and self.match in str(path):
             self.count += 1
             if self.count == self.fail_at:
                 write = f.write

@@ -1,5 +1,7 @@
 """The compiled fast path (kernels.py) against the NumPy reference engine (model.py)."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,20 @@ def test_float32_stays_within_its_tolerance(name):
     np.testing.assert_allclose(runs[1].params.flat, runs[0].params.flat, atol=1e-4, rtol=0)
     weights, optim = runs[1].state(0)
     assert all(w.dtype == np.float64 for w in [*weights.values(), optim["m"]])
+
+
+def test_evaluation_equals_the_reference_engine(cfg, monkeypatch):
+    """The held-out loss and rule error computed inside the kernel (the rule windows' last
+    block and unembedding at the predicted position only) against evaluate's NumPy path."""
+    params, tokens, targets, weights = random_batch(cfg, S=3, B=70)
+    rng = np.random.default_rng(1)
+    data = SimpleNamespace(val_inputs=tokens[0], val_targets=targets[0], val_weights=weights[0],
+                           rule_inputs=tokens[1, :67], rule_targets=targets[1, :67, 0],
+                           rule_index=rng.integers(0, cfg.n_ctx, 67),
+                           rule_allowed=rng.random((67, cfg.d_vocab)) < 0.3)
+    fast, no_loss = evaluate(params, data), evaluate(params, data, with_loss=False)
+    monkeypatch.setattr(kernels, "preferred", lambda cfg, dtype: False)
+    slow = evaluate(params, data)
+    np.testing.assert_allclose(fast[0], slow[0], rtol=1e-12, atol=0)
+    assert 0 < slow[1].min() and fast[1].tobytes() == slow[1].tobytes()
+    assert np.isnan(no_loss[0]).all() and no_loss[1].tobytes() == fast[1].tobytes()

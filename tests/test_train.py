@@ -15,6 +15,7 @@ from flatformer.bridge import TorchTransformer
 from flatformer.config import preset
 from flatformer.data import TaskData
 from flatformer.errors import FlatformerError
+from flatformer.runs import checkpoint_bytes as file_bytes
 from flatformer.runs import load_run, read_checkpoint
 from flatformer.tasks import get_task
 from flatformer.train import Job, Trainer, batch_indices, get_recipe, train
@@ -127,8 +128,11 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_checkpoints(tmp_path):
 
 
 def test_metrics_and_config_describe_the_run(tmp_path):
-    train(job(tmp_path, recipe="paper", steps=400))
+    trainer = train(job(tmp_path, recipe="paper", steps=400))
     run = load_run(tmp_path / "run")
+    # Checkpoints are built for all seeds at once: the bytes of the one-seed definition.
+    assert ((tmp_path / "run/checkpoints/step_000400.safetensors").read_bytes()
+            == file_bytes(*trainer.state(0)))
     assert [m["step"] for m in run.metrics] == [0, 200, 400]
     assert {"step", "train_loss", "val_loss", "rule_error"} <= set(run.metrics[0])
     assert run.steps == [0, 100, 200, 300, 400]
