@@ -413,3 +413,9 @@ def find_circuits(problem: Problem, methods=METHODS, target: float = 0.95,
                     "target": target, "tolerance": tolerance,
                     "drop_losses": [float(x) for x in losses],
                     "minimal": bool((losses > tolerance).all())}}
+
+
+def shown_circuit(model: Transformer, task, data: TaskData) -> dict:
+    """The circuit the circuit figure and the explorer page show: mean ablation, the task's
+    default metric, exact effects only (`find_circuits`'s report)."""
+    return find_circuits(build_problem(model, task, data, "mean"), methods=("exact",))

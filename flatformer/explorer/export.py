@@ -183,10 +183,9 @@ def circuit_export(run: Run, step: int) -> dict:
     (`measures.mean_windows`, over which the page averages the senders' outputs itself, at any
     checkpoint): the circuit `flatformer circuits` finds at `step` (mean ablation, default
     metric)."""
-    from ..edges.methods import build_problem, find_circuits
+    from ..edges.methods import shown_circuit
     data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
-    problem = build_problem(run.model(step), run.task, data, "mean")
-    found = find_circuits(problem, methods=("exact",))
+    found = shown_circuit(run.model(step), run.task, data)
     return {"step": step, "metric": found["metric"],
             "edges": found["circuit"]["edges"], "faithfulness": found["circuit"]["faithfulness"],
             "edges_total": found["circuit"]["edges_total"]}
