@@ -1,4 +1,6 @@
-"""The live browser explorer: one offline HTML file that recomputes every number from the weights.
+"""The live browser explorer: one offline HTML file that recomputes its numbers from the weights
+at any checkpoint and with any knob (the circuit's edge set, the induction head scores and
+modular-addition's key phases come computed by Python, as the export says).
 
 >>> from flatformer.explorer import render_html
 >>> page = render_html("runs/plus-last-even-seed0")          # the whole document, as a string

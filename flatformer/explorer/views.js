@@ -1,5 +1,6 @@
 // Reusable views for the explorer page: safe DOM building, colour maps, a heatmap, a canvas
-// plane for geometry, a tooltip. Views only draw what they are given; page.js computes.
+// plane for geometry, a tooltip. Views only draw what they are given; page.js and geometry.js
+// compute.
 //
 // Every string that may come from a user's vocabulary goes into the page as a text node or a
 // property (textContent, title), never as HTML.
