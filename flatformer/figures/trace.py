@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..data import evenly_spaced
 from . import compute as C
 from . import style
 from .context import FigureContext
@@ -432,9 +433,11 @@ class ValueArrows:
 
 
 def compute_value_arrows(ctx: FigureContext, n: int = 160) -> ValueArrows:
-    """At `n` held-out predictions the rule constrains: the residual before the last block's
-    attention, what attention adds, the sum, and whether the model's guess is right."""
-    inputs, index, targets, allowed = (a[:n] for a in ctx.rule_windows)
+    """At `n` held-out predictions the rule constrains (evenly spaced over the held-out set):
+    the residual before the last block's attention, what attention adds, the sum, and whether
+    the model's guess is right."""
+    keep = evenly_spaced(len(ctx.rule_windows[0]), n)
+    inputs, index, targets, allowed = (a[keep] for a in ctx.rule_windows)
     logits, cache = ctx.model.run_with_cache(inputs)
     b = f"blocks.{ctx.cfg.n_layers - 1}."
     rows = np.arange(len(inputs))
