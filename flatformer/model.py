@@ -152,12 +152,18 @@ def row_sum(x: np.ndarray) -> np.ndarray:
 
 def row_max(x: np.ndarray) -> np.ndarray:
     """x.max(-1, keepdims=True)."""
-    if x.shape[-1] > 16:                 # long rows: NumPy's own reduction is the fast one
+    if x.shape[-1] <= 16:                # a loop over the columns
+        out = x[..., 0].copy()
+        for i in range(1, x.shape[-1]):
+            np.maximum(out, x[..., i], out=out)
+        return out[..., None]
+    if x.dtype == np.float64:            # longer rows: NumPy's reduction, in float64 ...
         return x.max(-1, keepdims=True)
-    out = x[..., 0].copy()
-    for i in range(1, x.shape[-1]):
-        np.maximum(out, x[..., i], out=out)
-    return out[..., None]
+    while x.shape[-1] > 1:               # ... in float32 (measured 1.3-3x faster) halving them
+        n = x.shape[-1]
+        half = (n + 1) // 2
+        x = np.maximum(x[..., :half], x[..., n - half:])
+    return x
 
 
 def hook_names(cfg: ModelConfig) -> list[str]:
@@ -300,9 +306,8 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None,
         cache[name] = x
         return x
 
-    onehot = (tokens.reshape(S, N, 1) == np.arange(cfg.d_vocab)).astype(params.flat.dtype)
-    cache["_onehot"] = onehot
-    x = hook("hook_embed", (onehot @ params["embed.W_E"]).reshape(S, B, T, d))
+    cache["_tokens"] = tokens
+    x = hook("hook_embed", params["embed.W_E"][np.arange(S)[:, None, None], tokens])
     p = hook("hook_pos_embed", np.broadcast_to(params["pos_embed.W_pos"][:, None, :T], (S, B, T, d)))
     resid = x + p                                                          # e = x + p
     if read is not None:
@@ -381,12 +386,17 @@ def layer_norm_backward(dy, xhat, scale, w, grads: Params, name: str):
     """Gradient through LayerNorm, (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / scale with
     dxhat = dy w; writes the gain and bias gradients into `grads`."""
     S, d = dy.shape[0], dy.shape[-1]
-    grads[name + ".w"][...] = (dy * xhat).reshape(S, -1, d).sum(1)
+    rows = (*dy.shape[:-1], 1)
+    dy_xhat = dy * xhat
+    grads[name + ".w"][...] = dy_xhat.reshape(S, -1, d).sum(1)
     grads[name + ".b"][...] = dy.reshape(S, -1, d).sum(1)
-    dxhat = dy * w[:, None, None]
-    dx = xhat * (row_sum(dxhat * xhat) / d)
-    np.subtract(dxhat, dx, out=dx)
-    dx -= row_sum(dxhat) / d
+    # Both means are products with the gain: mean(dy w) = dy . w / d, mean(dy w xhat) likewise.
+    w_mean = w[:, :, None] / d                                               # (S, d, 1)
+    mean_dxhat = (dy.reshape(S, -1, d) @ w_mean).reshape(rows)
+    mean_dxhat_xhat = (dy_xhat.reshape(S, -1, d) @ w_mean).reshape(rows)
+    dx = dy * w[:, None, None]
+    dx -= mean_dxhat
+    dx -= np.multiply(xhat, mean_dxhat_xhat, out=dy_xhat)
     dx /= scale
     return dx
 
@@ -489,7 +499,8 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
             dresid = full.reshape(S, N, d)
         dresid = dresid + dattn_in
     grads["pos_embed.W_pos"][:, :T] = dresid.reshape(S, B, T, d).sum(1)
-    grads["embed.W_E"][...] = cache["_onehot"].swapaxes(1, 2) @ dresid
+    onehot = cache["_tokens"].reshape(S, N, 1) == np.arange(cfg.d_vocab)
+    grads["embed.W_E"][...] = onehot.astype(dresid.dtype).swapaxes(1, 2) @ dresid
     return grads
 
 

@@ -18,13 +18,24 @@ class AdamW:
         self.m = np.zeros_like(flat)
         self.v = np.zeros_like(flat)
         self.t = 0
+        # scratch for the update's intermediates: no temporaries the size of the model per step
+        self._a, self._b = np.empty_like(flat), np.empty_like(flat)
 
     def step(self, grad: np.ndarray, lr: float):
         b1, b2 = self.betas
+        a, b = self._a, self._b
         self.t += 1
         self.flat *= 1.0 - lr * self.weight_decay
-        self.m += (1.0 - b1) * (grad - self.m)   # torch's lerp_
-        self.v *= b2
-        self.v += (1.0 - b2) * grad * grad
-        denom = np.sqrt(self.v) / math.sqrt(1.0 - b2 ** self.t) + self.eps
-        self.flat -= (lr / (1.0 - b1 ** self.t)) * self.m / denom
+        np.subtract(grad, self.m, out=a)         # m += (1 - b1) (grad - m), torch's lerp_
+        a *= 1.0 - b1
+        self.m += a
+        self.v *= b2                             # v = b2 v + ((1 - b2) grad) grad
+        np.multiply(grad, 1.0 - b2, out=a)
+        a *= grad
+        self.v += a
+        np.sqrt(self.v, out=a)                   # denom = sqrt(v) / sqrt(1 - b2^t) + eps
+        a /= math.sqrt(1.0 - b2 ** self.t)
+        a += self.eps
+        np.multiply(self.m, lr / (1.0 - b1 ** self.t), out=b)
+        b /= a
+        self.flat -= b

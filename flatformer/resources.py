@@ -1,8 +1,9 @@
 """What a training job will need, estimated before it starts, and a refusal when the machine
 does not have it: peak memory (members x parameters x (weights, gradients, two AdamW moments,
-the snapshots kept while candidates are tried) + the activations of a step and of evaluation)
-and disk (checkpoints x their size + metrics). The estimates are upper-bound-minded, not exact:
-their job is to turn "starts, then hangs or dies" into one line that says what would fit.
+AdamW's two scratch buffers, the snapshots kept while candidates are tried) + the activations of
+a step and of evaluation) and disk (checkpoints x their size + metrics). The estimates are
+upper-bound-minded, not exact: their job is to turn "starts, then hangs or dies" into one line
+that says what would fit.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def gb(n: float) -> str:
 def per_token_floats(cfg) -> int:
     """Floats a forward pass keeps per token for the backward pass (an upper bound)."""
     d, h, dh, t = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_ctx
-    return cfg.n_layers * (6 * d + 4 * h * dh + 3 * h * t + 2 * cfg.d_mlp) + 3 * cfg.d_vocab + 2 * d
+    return cfg.n_layers * (6 * d + 4 * h * dh + 3 * h * t + 3 * cfg.d_mlp) + 3 * cfg.d_vocab + 2 * d
 
 
 def memory_needed(cfg, recipe, n_seeds: int, batch: int | None = None) -> int:
@@ -56,7 +57,7 @@ def memory_needed(cfg, recipe, n_seeds: int, batch: int | None = None) -> int:
     if C > 1:  # while selecting, every checkpoint and evaluation keeps a copy of the state
         snapshots = recipe.select_step // recipe.checkpoint_every + \
             recipe.select_step // recipe.eval_every + 1
-    state = members * P * 8 * (4 + 3 * snapshots)
+    state = members * P * 8 * (6 + 3 * snapshots)
     step = members * B * T * per_token_floats(cfg) * 8 * 2     # forward cache and gradients
     batches = TRAIN_CHUNK * members * B * 8                     # batch indices
     evaluation = (EVAL_PIECE * T * per_token_floats(cfg)
