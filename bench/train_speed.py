@@ -4,7 +4,8 @@ next to a large matrix product's GFLOP/s, all measured in this process.
 
     python bench/train_speed.py [--quick] [--end-to-end]
 
-Each time is the best of a few repeats (the least disturbed by other processes). A step's
+Each time is the best of a few repeats (the least disturbed by other processes), the engines
+of one model taking turns so that a change in the machine's load hits them alike. A step's
 floating-point operations are counted as 3x the forward pass's multiply-adds x 2 (backward
 about twice the forward), with attention over the full T x T scores as PyTorch computes it.
 """
@@ -52,12 +53,19 @@ def step_flops(cfg, batch):
 
 
 def best_of(run, repeats):
-    times = []
+    return best_of_each([run], repeats)[0]
+
+
+def best_of_each(runs, repeats):
+    """Each run's best time, the runs taking turns, so that a change in the machine's load
+    hits them alike."""
+    times = [[] for _ in runs]
     for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for run, t in zip(runs, times):
+            start = time.perf_counter()
+            run()
+            t.append(time.perf_counter() - start)
+    return [min(t) for t in times]
 
 
 def batches(cfg, batch, seeds, steps, seed=0):
@@ -66,16 +74,17 @@ def batches(cfg, batch, seeds, steps, seed=0):
     return tokens, rng.integers(0, cfg.d_vocab, tokens.shape), np.ones(tokens.shape)
 
 
-def compiled_step(cfg, batch, seeds, steps, repeats):
+def compiled_steps(cfg, batch, seeds, steps):
+    """A function running `steps` compiled steps (loaded or compiled first)."""
     params = init_params(cfg, [np.random.default_rng(s) for s in range(seeds)])
     opt, data = AdamW(params.flat), batches(cfg, batch, seeds, steps)
     loss = np.zeros(seeds)
     kernels.train_steps(params, opt, *(a[:1] for a in data), [1e-3], loss)  # load or compile
-    return best_of(lambda: kernels.train_steps(params, opt, *data, [1e-3] * steps, loss),
-                   repeats) / steps
+    return lambda: kernels.train_steps(params, opt, *data, [1e-3] * steps, loss)
 
 
-def numpy_step(cfg, batch, seeds, steps, repeats, dtype=np.float64):
+def numpy_steps(cfg, batch, seeds, steps, dtype=np.float64):
+    """A function running `steps` NumPy engine steps (run once first)."""
     keep_freed_memory()   # as the trainer does
     params = init_params(cfg, [np.random.default_rng(s) for s in range(seeds)])
     params = params.like(params.flat.astype(dtype))
@@ -89,10 +98,11 @@ def numpy_step(cfg, batch, seeds, steps, repeats, dtype=np.float64):
             _, dlogits = cross_entropy(logits, targets[k], weights[k])
             opt.step(backward(params, cache, dlogits).flat, 1e-3)
     run()
-    return best_of(run, repeats) / steps
+    return run
 
 
-def torch_step(cfg, batch, steps, repeats):
+def torch_steps(cfg, batch, steps):
+    """A function running `steps` eager PyTorch float32 steps (run once first)."""
     params = init_params(cfg, [np.random.default_rng(0)])
     model = TorchTransformer(cfg, params.seed(0), dtype=torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -106,7 +116,7 @@ def torch_step(cfg, batch, steps, repeats):
                                               targets[k].reshape(-1)).backward()
             opt.step()
     run()
-    return best_of(run, repeats) / steps
+    return run
 
 
 def matmul_peak(dtype):
@@ -142,20 +152,25 @@ def main():
           f"{'torch f32':>11}{'best/torch':>12}{'GFLOP/s':>9}")
     for name, cfg, batch, seeds in MODELS:
         small = cfg.d_model <= 16
-        steps, reps = (max(2, 200 // (1 + 3 * args.quick)), repeats) if small else (2, 2)
-        fast = (compiled_step(cfg, batch, seeds, steps * (5 if small else 1), reps) / seeds
-                if cfg.d_model <= 64 else float("inf"))   # the d128 step takes ~10 s compiled
-        slow64 = numpy_step(cfg, batch, seeds, steps, reps) / seeds
-        slow32 = numpy_step(cfg, batch, seeds, steps, reps, np.float32) / seeds
-        eager = torch_step(cfg, batch, steps, reps)
+        steps, reps = ((max(2, 200 // (1 + 3 * args.quick)), repeats) if small
+                       else (1, 4 * repeats))
+        runs = [numpy_steps(cfg, batch, seeds, steps),
+                numpy_steps(cfg, batch, seeds, steps, np.float32), torch_steps(cfg, batch, steps)]
+        if cfg.d_model <= 64:                         # the d128 step takes ~10 s compiled
+            runs.append(compiled_steps(cfg, batch, seeds, steps * (5 if small else 1)))
+        times = best_of_each(runs, reps)
+        slow64, slow32 = times[0] / steps / seeds, times[1] / steps / seeds
+        eager = times[2] / steps
+        fast = times[3] / (steps * (5 if small else 1)) / seeds if len(times) > 3 else float("inf")
         best = min(fast, slow64, slow32)
         print(f"{name:<20}{cfg.n_params:>8}{fast * 1e3:>9.3f}ms{slow64 * 1e3:>9.3f}ms"
-              f"{slow32 * 1e3:>9.3f}ms{eager * 1e3:>9.3f}ms{eager / best:>11.1f}x"
+              f"{slow32 * 1e3:>9.3f}ms{eager * 1e3:>9.3f}ms{eager / best:>11.2f}x"
               f"{step_flops(cfg, batch) / best / 1e9:>9.2f}")
     print("(per seed-step for batched seeds; the x64 row uses both cores, the others one)")
     if args.end_to_end:
         cfg = preset("paper-2d", 12)
-        print(f"20,000 eager PyTorch steps of paper-2d: {torch_step(cfg, 8, 200, 3) * 2e4:.1f} s")
+        eager = best_of(torch_steps(cfg, 8, 200), 3) / 200
+        print(f"20,000 eager PyTorch steps of paper-2d: {eager * 2e4:.1f} s")
         end_to_end(args)
 
 
