@@ -514,9 +514,11 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray, weights: np.ndarray):
     shifted = logits - row_max(logits)
     exp = np.exp(shifted)
     sumexp = row_sum(exp)
-    onehot = targets[..., None] == np.arange(logits.shape[-1])
-    nll = np.log(sumexp[..., 0]) - row_sum(shifted * onehot)[..., 0]         # (S,B,T)
+    nll = np.log(sumexp[..., 0]) - np.take_along_axis(shifted, targets[..., None], -1)[..., 0]
     total = np.maximum(weights.sum((1, 2)), 1.0)                             # (S,)
     loss = (nll * weights).sum((1, 2)) / total
-    dlogits = (exp / sumexp - onehot) * (weights / total[:, None, None])[..., None]
+    dlogits = exp
+    dlogits /= sumexp
+    dlogits -= targets[..., None] == np.arange(logits.shape[-1])             # softmax - onehot
+    dlogits *= (weights / total[:, None, None])[..., None]
     return loss, dlogits
