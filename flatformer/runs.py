@@ -1,7 +1,9 @@
 """Run folders on disk: config.json, metrics.jsonl and checkpoints/step_XXXXXX.safetensors.
 
-Every write is atomic (write a temporary file, then rename), so a killed process never leaves a
-half-written file behind. Checkpoints are safetensors: loading one never executes code.
+Files are written atomically (a temporary file, then rename), so a killed process never leaves a
+half-written one behind; the one exception, metrics.jsonl's new rows, is appended, and a line a
+kill cut short ends what `read_metrics` reads (a resumed run rewrites the file whole).
+Checkpoints are safetensors: loading one never executes code.
 """
 
 from __future__ import annotations
