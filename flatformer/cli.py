@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 
+import typer
+
 from .commands.app import app, console, out  # noqa: F401  (tests and notebooks use them)
 from .errors import FlatformerError
 

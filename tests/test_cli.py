@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+import typer
 from clitools import assert_one_line_error, cli
 
 
@@ -88,3 +89,16 @@ def test_nan_weights_in_a_checkpoint_are_refused(run_copy):
     tensors["embed.W_E"] = np.full_like(tensors["embed.W_E"], np.nan)
     save_file(tensors, path)
     assert_one_line_error(cli("eval", run_copy), "not finite")
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, typer.Abort])
+def test_an_interrupt_is_said_in_one_line(monkeypatch, capsys, raised):
+    from flatformer import cli as cli_module
+
+    def interrupted(**kwargs):
+        raise raised()
+    monkeypatch.setattr(cli_module, "app", interrupted)
+    with pytest.raises(SystemExit) as exit_:
+        cli_module.main(["tasks"])
+    assert exit_.value.code == 130
+    assert "flatformer: interrupted" in capsys.readouterr().err
