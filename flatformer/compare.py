@@ -426,7 +426,7 @@ def compare_runs(path, step: int | None = None, reference: int | None = None,
         step = max(shared)
     tensors = [run.weights(step) for run in runs]
     task = first.task
-    data = TaskData.build(task, first.cfg.n_ctx, first.config.get("data_seed", 0))
+    data = first.data()
     seeds = [int(run.config.get("seed", i)) for i, run in enumerate(runs)]
     return compare_models(first.cfg, task, tensors, data, seeds, step, reference, success)
 

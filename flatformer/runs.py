@@ -187,6 +187,12 @@ class Run:
                                   f"(nearest: {near}; range {steps[0]}..{steps[-1]})")
         return step
 
+    def data(self):
+        """The task's training and held-out data (`data.TaskData`) as this run was trained on
+        them: its task, context and data seed."""
+        from .data import TaskData
+        return TaskData.build(self.task, self.cfg.n_ctx, self.config.get("data_seed", 0))
+
     def weights(self, step: int | None = None) -> dict[str, np.ndarray]:
         return read_checkpoint(checkpoint_path(self.path, self.resolve_step(step)))[0]
 

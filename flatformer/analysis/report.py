@@ -90,7 +90,7 @@ def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = Non
     """Everything `flatformer analyze` reports about one checkpoint of a run."""
     step = run.resolve_step(step)
     model, task = run.model(step), run.task
-    data = TaskData.build(task, run.cfg.n_ctx, run.config.get("data_seed", 0))
+    data = run.data()
     loss, rule_error = evaluate(Params.stack(run.cfg, [model.tensors]), data)
     if prompts is None:
         prompts, prompt_source = default_prompts(task, data), "held-out"

@@ -82,10 +82,9 @@ def circuits_report(run, step, ablation, metric, methods, prompts, target, tau, 
                     progress=None, path=None) -> dict:
     """The JSON report of `flatformer circuits` for a loaded run; with `path` (edges), also
     that path's path-patching effect between the clean and the corrupt prompts."""
-    from ..data import TaskData
     from ..edges.methods import build_problem, find_circuits, path_patch
     step = run.resolve_step(step)
-    data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
+    data = run.data()
     problem = build_problem(run.model(step), run.task, data, ablation, metric, prompts)
     patched = None
     if path:

@@ -159,8 +159,8 @@ def export_run(run: Run | str | Path, step: int | None = None,
     try:
         task = run.task
         task_name, demo, focus, known = task.name, task.demo, task.focus, True
-        windows = reference_windows(TaskData.build(task, run.cfg.n_ctx,
-                                                   run.config.get("data_seed", 0)))
+        task_data = run.data()
+        windows = reference_windows(task_data)
     except FlatformerError:  # a task this version does not know: the page works without it
         task, task_name, demo, focus, known, windows = (None, run.config.get("task"), "", "",
                                                        False, None)
@@ -170,7 +170,7 @@ def export_run(run: Run | str | Path, step: int | None = None,
                         preset=run.config.get("preset"), demo=demo, focus=focus,
                         metrics=run.metrics, mean_windows=windows)
     if known:
-        data["circuit"] = circuit_export(run, step)
+        data["circuit"] = circuit_export(run, step, task_data)
     if known and task_name == "modular-addition":
         data["key_phase"] = key_phase(run, task.p)
     if task_name == "induction":
@@ -178,13 +178,12 @@ def export_run(run: Run | str | Path, step: int | None = None,
     return data
 
 
-def circuit_export(run: Run, step: int) -> dict:
+def circuit_export(run: Run, step: int, data: TaskData) -> dict:
     """What the page's circuit panel needs beyond the weights and the mean-ablation windows
     (`measures.mean_windows`, over which the page averages the senders' outputs itself, at any
     checkpoint): the circuit `flatformer circuits` finds at `step` (mean ablation, default
     metric)."""
     from ..edges.methods import shown_circuit
-    data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
     found = shown_circuit(run.model(step), run.task, data)
     return {"step": step, "metric": found["metric"],
             "edges": found["circuit"]["edges"], "faithfulness": found["circuit"]["faithfulness"],

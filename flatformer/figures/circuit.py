@@ -30,11 +30,9 @@ class CircuitGraph:
 
 
 def compute_circuit(ctx: FigureContext) -> CircuitGraph:
-    from ..data import TaskData
     from ..edges.methods import shown_circuit
     run = ctx.run
-    data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
-    report = shown_circuit(ctx.model, run.task, data)
+    report = shown_circuit(ctx.model, run.task, run.data())
     c = report["circuit"]
     return CircuitGraph(report["nodes"], run.cfg.n_layers, report["edges"], c["faithfulness"],
                         c["edges_kept"], c["edges_total"], report["metric"], report["ablation"],

@@ -52,12 +52,10 @@ def load_checkpoints(run: Run, evaluate_missing: bool = True) -> Checkpoints:
     rule = np.array([rows[s]["rule_error"] if s in rows else np.nan for s in steps], dtype=float)
     missing = np.array([s not in rows for s in steps])
     if evaluate_missing and missing.any():
-        from ..data import TaskData
         from ..evaluate import evaluate
         from ..model import Params
         params = Params.stack(run.cfg, [w for w, m in zip(weights, missing) if m])
-        data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
-        loss[missing], rule[missing] = evaluate(params, data)
+        loss[missing], rule[missing] = evaluate(params, run.data())
     return Checkpoints(run, np.array(steps), models, loss, rule, missing & evaluate_missing)
 
 
