@@ -33,7 +33,9 @@ import numpy as np
 
 try:
     import numba
-    from numba import njit
+    from llvmlite import ir
+    from numba import njit, types
+    from numba.extending import intrinsic
 except ImportError:  # the NumPy engine does everything without it
     numba = None
 
@@ -98,6 +100,35 @@ if numba is not None:
     FAST = dict(cache=True, fastmath={"reassoc"}, nogil=True)
     EXACT = dict(cache=True, nogil=True)
 
+    @intrinsic
+    def as_float(typingctx, bits):
+        """The float64 whose bit pattern is the int64 `bits`."""
+        if bits != types.int64:
+            return None
+        return types.float64(types.int64), lambda context, builder, sig, args: \
+            builder.bitcast(args[0], ir.DoubleType())
+
+    LOG2E, LN2_HI, LN2_LO = 1.4426950408889634, 6.93147180369123816490e-01, \
+        1.90821492927058770002e-10
+    ROUND = 6755399441055744.0   # 1.5 * 2^52: adding and subtracting it rounds to an integer
+
+    @njit(cache=True, inline="always")
+    def exp(x):
+        """e^x for x <= 0 (here: a value minus its row's maximum) within one unit in the last
+        place of math.exp, in arithmetic the compiler can run in vector lanes (a call to the C
+        library's exp cannot be): x = k ln 2 + r, |r| <= ln 2 / 2, e^r by its Taylor series to
+        r^13 (the next term is below 1e-17), 2^k from the exponent bits. Below -708 (a
+        subnormal result) it gives 0; NaN stays NaN."""
+        y = max(x, -708.0)
+        k = (y * LOG2E + ROUND) - ROUND
+        r = (y - k * LN2_HI) - k * LN2_LO
+        e = (((1.0 / 6227020800.0 * r + 1.0 / 479001600.0) * r + 1.0 / 39916800.0) * r
+             + 1.0 / 3628800.0) * r + 1.0 / 362880.0   # Horner's scheme, 1 / 13! first
+        e = (((e * r + 1.0 / 40320.0) * r + 1.0 / 5040.0) * r + 1.0 / 720.0) * r + 1.0 / 120.0
+        e = (((e * r + 1.0 / 24.0) * r + 1.0 / 6.0) * r + 0.5) * r + 1.0
+        e = (e * r + 1.0) * as_float((np.int64(k) + 1023) << 52)
+        return e if x >= -708.0 else (x if x != x else 0.0)
+
     @njit(**FAST)
     def dot(a, b):
         acc = 0.0
@@ -121,9 +152,13 @@ if numba is not None:
             row = out[col0 + o]
             if not accumulate:
                 row[:] = 0.0
-            for i in range(n_in):
-                c = p[w + i * stride + o]
-                xi = x[i]
+            for i in range(0, n_in - 1, 2):   # two inputs per pass over the row, same sums
+                c0, c1 = p[w + i * stride + o], p[w + (i + 1) * stride + o]
+                x0, x1 = x[i], x[i + 1]
+                for n in range(N):
+                    row[n] = (row[n] + c0 * x0[n]) + c1 * x1[n]
+            if n_in % 2:
+                c, xi = p[w + (n_in - 1) * stride + o], x[n_in - 1]
                 for n in range(N):
                     row[n] += c * xi[n]
 
@@ -133,9 +168,13 @@ if numba is not None:
         N = dout.shape[1]
         for i in range(n_in):
             row = dx[i]
-            for o in range(n_out):
-                c = p[w + i * stride + o]
-                do = dout[col0 + o]
+            for o in range(0, n_out - 1, 2):   # two outputs per pass over the row, same sums
+                c0, c1 = p[w + i * stride + o], p[w + i * stride + o + 1]
+                d0, d1 = dout[col0 + o], dout[col0 + o + 1]
+                for n in range(N):
+                    row[n] = (row[n] + c0 * d0[n]) + c1 * d1[n]
+            if n_out % 2:
+                c, do = p[w + i * stride + n_out - 1], dout[col0 + n_out - 1]
                 for n in range(N):
                     row[n] += c * do[n]
 
@@ -208,7 +247,7 @@ if numba is not None:
                         if s > top:
                             top = s
                     norm = 0.0
-                    for u in range(t + 1):
+                    for u in range(t + 1):   # a few exponentials: the C library's is quicker
                         e = math.exp(pat[b, h, t, u] - top)
                         pat[b, h, t, u] = e
                         norm += e
@@ -258,7 +297,7 @@ if numba is not None:
                 np.empty((L, B, H, T, T)), np.empty((L, hd, N)), np.empty((L, m, N)),
                 np.empty((L, m, N)), np.empty((V, N)), np.empty((d, N)), np.empty((d, N)),
                 np.empty((hd, N)), np.empty((3, hd, N)), np.empty((m, N)), np.empty(T),
-                np.empty((d, N)), np.empty(N), np.empty((d, N)))
+                np.empty((d, N)), np.empty(N), np.empty((d, N)), np.empty((3, N)))
 
     @njit(**EXACT)
     def mlp_forward(p, o, gelu, x, h2, s2, m_in, pre, post, out):
@@ -298,7 +337,7 @@ if numba is not None:
         """Embedding and every block on tok (B, T); without last_mlp, the last block stops
         after its attention, at bufs[1][L - 1] (its MLP is left to the caller)."""
         (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, _,
-         _, _, _, _, _, _, _, _, _) = bufs
+         _, _, _, _, _, _, _, _, _, _) = bufs
         d, H, dh, gelu = dims[0], dims[1], dims[2], dims[6]
         L, hd = lay.shape[0], dims[1] * dims[2]
         WE, WPOS = glob[0], glob[1]
@@ -357,32 +396,49 @@ if numba is not None:
         unembed_forward(p, glob, out, one[20], one[21], one[22], one[13])
 
     @njit(**EXACT)
-    def loss_and_dlogits(logits, tgt, wt, B, T):
-        """Weighted mean cross-entropy; overwrites the logits (V, N) with dloss/dlogits."""
+    def softmax_rows(logits, top, norm):
+        """Over the columns n of logits (V, N): top[n] its largest entry, logits[:, n]
+        overwritten by exp(logits - top), norm[n] their sum (in the order of v, as the NumPy
+        engine); every loop runs along the positions, in vector lanes."""
+        V = logits.shape[0]
+        top[:] = logits[0]
+        for v in range(1, V):
+            for n in range(top.shape[0]):
+                top[n] = max(top[n], logits[v, n])
+        norm[:] = 0.0
+        for v in range(V):
+            for n in range(top.shape[0]):
+                e = exp(logits[v, n] - top[n])
+                logits[v, n] = e
+                norm[n] += e
+
+    @njit(**EXACT)
+    def loss_and_dlogits(logits, tgt, wt, B, T, rows):
+        """Weighted mean cross-entropy; overwrites the logits (V, N) with dloss/dlogits. rows:
+        (3, N) of scratch."""
         V = logits.shape[0]
         weight = 0.0
         for b in range(B):
             for t in range(T):
                 weight += wt[b, t]
         weight = max(weight, 1.0)
+        top, norm, picked = rows[0], rows[1], rows[2]
+        for b in range(B):
+            for t in range(T):
+                picked[b * T + t] = logits[tgt[b, t], b * T + t]
+        softmax_rows(logits, top, norm)
         loss = 0.0
         for b in range(B):
             for t in range(T):
                 n = b * T + t
-                top = logits[0, n]
-                for v in range(1, V):
-                    top = max(top, logits[v, n])
-                picked = logits[tgt[b, t], n] - top
-                norm = 0.0
-                for v in range(V):
-                    e = math.exp(logits[v, n] - top)
-                    logits[v, n] = e
-                    norm += e
-                loss += (math.log(norm) - picked) * wt[b, t]
-                scale = wt[b, t] / weight
-                for v in range(V):
-                    logits[v, n] = logits[v, n] / norm * scale
-                logits[tgt[b, t], n] -= scale
+                loss += (math.log(norm[n]) - (picked[n] - top[n])) * wt[b, t]
+                picked[n] = wt[b, t] / weight   # now each position's scale
+        for v in range(V):
+            for n in range(B * T):
+                logits[v, n] = logits[v, n] / norm[n] * picked[n]
+        for b in range(B):
+            for t in range(T):
+                logits[tgt[b, t], b * T + t] -= picked[b * T + t]
         return loss / weight
 
     @njit(**EXACT)
@@ -419,7 +475,7 @@ if numba is not None:
     def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
         """Gradient of the loss into g, given dloss/dlogits in bufs[13] after forward_seed."""
         (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, dlogits,
-         dres, dmid, dz, dqkv, dpre, dpat, hf, sf, final) = bufs
+         dres, dmid, dz, dqkv, dpre, dpat, hf, sf, final, _) = bufs
         d, H, dh, m, V, n_ctx, gelu = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6]
         L, N, hd = lay.shape[0], B * T, dims[1] * dims[2]
         WE, WPOS, WU, BU, LNFW, LNFB = glob[0], glob[1], glob[2], glob[3], glob[4], glob[5]
@@ -495,7 +551,8 @@ if numba is not None:
             gather(v_flat, starts, sizes, S, s, v)
             for k in range(K):
                 forward_seed(p, tokens[k, s], glob, lay, dims, B, T, bufs)
-                loss = loss_and_dlogits(bufs[13], targets[k, s], weights[k, s], B, T)
+                loss = loss_and_dlogits(bufs[13], targets[k, s], weights[k, s], B, T,
+                                        bufs[23])
                 if not math.isfinite(loss):
                     bad[s] = k
                     break
@@ -522,7 +579,7 @@ if numba is not None:
         for s in range(lo, hi):
             gather(flat, starts, sizes, S, s, p)
             forward_seed(p, tokens[s], glob, lay, dims, B, T, bufs)
-            loss[s] = loss_and_dlogits(bufs[13], targets[s], weights[s], B, T)
+            loss[s] = loss_and_dlogits(bufs[13], targets[s], weights[s], B, T, bufs[23])
             backward_seed(p, g, tokens[s], glob, lay, dims, B, T, bufs)
             scatter(g, starts, sizes, S, s, grad)
 
@@ -571,18 +628,16 @@ if numba is not None:
             total, weight = 0.0, 0.0
             for grp in range(val_in.shape[0] if n_val else 0):
                 forward_seed(p, val_in[grp], glob, lay, dims, G, T, bufs)
-                logits = bufs[13]
+                logits, top, norm, picked = bufs[13], bufs[23][0], bufs[23][1], bufs[23][2]
+                for w in range(G):
+                    for t in range(T):
+                        picked[w * T + t] = logits[val_tgt[grp, w, t], w * T + t]
+                softmax_rows(logits, top, norm)
                 for w in range(min(G, n_val - grp * G)):
                     for t in range(T):
                         n = w * T + t
-                        top = logits[0, n]
-                        for v in range(1, V):
-                            top = max(top, logits[v, n])
-                        norm = 0.0
-                        for v in range(V):
-                            norm += math.exp(logits[v, n] - top)
                         wt = val_wt[grp, w, t]
-                        total += (math.log(norm) - (logits[val_tgt[grp, w, t], n] - top)) * wt
+                        total += (math.log(norm[n]) - (picked[n] - top[n])) * wt
                         weight += wt
             loss[s] = total / max(weight, 1.0) if n_val else np.nan
             wrong = 0
