@@ -333,9 +333,9 @@ if numba is not None:
             add_bias(p, glob[3], V, logits)
 
     @njit(**EXACT)
-    def blocks_forward(p, tok, glob, lay, dims, B, T, bufs, last_mlp):
-        """Embedding and every block on tok (B, T); without last_mlp, the last block stops
-        after its attention, at bufs[1][L - 1] (its MLP is left to the caller)."""
+    def blocks_forward(p, tok, glob, lay, dims, B, T, bufs, whole):
+        """Embedding and every block on tok (B, T); without `whole`, the last block stops
+        after its queries, keys and values, at bufs[8][L - 1] (the rest is the caller's)."""
         (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, _,
          _, _, _, _, _, _, _, _, _, _) = bufs
         d, H, dh, gelu = dims[0], dims[1], dims[2], dims[6]
@@ -356,14 +356,14 @@ if numba is not None:
                     linear(p, o[WQ + r] + h * d * dh, d, dh, x, qkv[l, r], h * dh, dh, False)
                 if o[BQ + r] >= 0:
                     add_bias(p, o[BQ + r], hd, qkv[l, r])
+            if l == L - 1 and not whole:
+                return
             attention(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], z[l], B, T, H, dh)
             mid[l][:] = res[l]
             if o[WO] >= 0:
                 linear(p, o[WO], hd, d, z[l], mid[l], 0, d, True)
             else:
                 mid[l] += z[l]
-            if l == L - 1 and not last_mlp:
-                return
             if o[WIN] < 0:   # attention-only block
                 res[l + 1][:] = mid[l]
             else:
@@ -377,17 +377,53 @@ if numba is not None:
         unembed_forward(p, glob, bufs[0][lay.shape[0]], bufs[20], bufs[21], bufs[22], bufs[13])
 
     @njit(**EXACT)
+    def attention_at(q, k, v, at, z, B, T, H, dh, row):
+        """`attention`'s output at the query position at[b] of each sequence b only, into z
+        (H * dh, B), with the same arithmetic; row: (T,) of scratch."""
+        inv = 1.0 / math.sqrt(dh)
+        for b in range(B):
+            base, t = b * T, at[b]
+            for h in range(H):
+                top = -np.inf
+                for u in range(t + 1):
+                    s = 0.0
+                    for j in range(dh):
+                        s += q[h * dh + j, base + t] * k[h * dh + j, base + u]
+                    s *= inv
+                    row[u] = s
+                    if s > top:
+                        top = s
+                norm = 0.0
+                for u in range(t + 1):
+                    e = math.exp(row[u] - top)
+                    row[u] = e
+                    norm += e
+                for u in range(t + 1):
+                    row[u] /= norm
+                for j in range(dh):
+                    acc = 0.0
+                    for u in range(t + 1):
+                        acc += row[u] * v[h * dh + j, base + u]
+                    z[h * dh + j, b] = acc
+
+    @njit(**EXACT)
     def forward_at(p, tok, at, glob, lay, dims, B, T, bufs, one):
         """The logits at position at[b] of each window b only, into one[13] (V, B): the last
-        block's MLP and the unembedding read just those columns (causal attention: the
-        positions after at[b] change nothing), in buffers `one` for B windows of 1 token.
-        Each column's arithmetic is forward_seed's, so the numbers are the same."""
+        block reads its queries, and everything after them, at just those positions (causal
+        attention: the positions after at[b] change nothing), in buffers `one` for B windows
+        of 1 token. Each column's arithmetic is forward_seed's, so the numbers are the same."""
         blocks_forward(p, tok, glob, lay, dims, B, T, bufs, False)
-        L, o, gelu = lay.shape[0], lay[lay.shape[0] - 1], dims[6]
-        mid, at_mid, out = bufs[1][L - 1], one[1][0], one[0][1]
-        for i in range(mid.shape[0]):
+        L, H, dh, gelu = lay.shape[0], dims[1], dims[2], dims[6]
+        o, qkv, res = lay[L - 1], bufs[8][L - 1], bufs[0][L - 1]
+        z, at_mid, out = one[10][0], one[1][0], one[0][1]
+        attention_at(qkv[0], qkv[1], qkv[2], at, z, B, T, H, dh, bufs[19])
+        for i in range(res.shape[0]):
             for b in range(B):
-                at_mid[i, b] = mid[i, b * T + at[b]]
+                at_mid[i, b] = res[i, b * T + at[b]]
+        if o[WO] >= 0:
+            linear(p, o[WO], H * dh, res.shape[0], z, at_mid, 0, res.shape[0], True)
+        else:
+            at_mid += z
         if o[WIN] < 0:
             out[:] = at_mid
         else:
