@@ -206,6 +206,8 @@ BLOCK = 1 << 15
 
 def blocks(*arrays):
     """Matching flat slices of BLOCK entries of the given arrays (all C-contiguous, same size)."""
+    if not all(a.flags.c_contiguous for a in arrays):
+        raise ValueError("blocks: every array must be C-contiguous (a copy would drop writes)")
     flats = [a.reshape(-1) for a in arrays]
     for i in range(0, flats[0].size, BLOCK):
         yield [f[i:i + BLOCK] for f in flats]
