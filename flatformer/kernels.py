@@ -187,8 +187,17 @@ if numba is not None:
 
     @njit(**EXACT)
     def add_bias(p, b, n, out):
-        for o in range(n):
-            out[o] += p[b + o]
+        for o in range(n):   # loops, not out[o] += ...: numba's array expression allocates
+            c = p[b + o]
+            for j in range(out.shape[1]):
+                out[o, j] += c
+
+    @njit(**EXACT)
+    def add_to(out, x):
+        """out += x for 2-D arrays, in place."""
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                out[i, j] += x[i, j]
 
     @njit(**EXACT)
     def layer_norm(p, w, b, x, xhat, scale, out):
@@ -310,13 +319,14 @@ if numba is not None:
             y = m_in
         linear(p, o[WIN], d, m, y, pre, 0, m, False)
         add_bias(p, o[BIN], m, pre)
-        for c in range(m):
-            for n in range(N):
-                a = pre[c, n]
-                if gelu:
+        for c in range(m):   # the activation chosen outside the loop, so that it vectorizes
+            if gelu:
+                for n in range(N):
+                    a = pre[c, n]
                     post[c, n] = 0.5 * a * (1.0 + math.tanh(GELU_C * (a + 0.044715 * a * a * a)))
-                else:
-                    post[c, n] = a if a > 0.0 else 0.0
+            else:
+                for n in range(N):
+                    post[c, n] = pre[c, n] if pre[c, n] > 0.0 else 0.0
         out[:] = x
         linear(p, o[WOUT], m, d, post, out, 0, d, True)
         add_bias(p, o[BOUT], d, out)
@@ -363,7 +373,7 @@ if numba is not None:
             if o[WO] >= 0:
                 linear(p, o[WO], hd, d, z[l], mid[l], 0, d, True)
             else:
-                mid[l] += z[l]
+                add_to(mid[l], z[l])
             if o[WIN] < 0:   # attention-only block
                 res[l + 1][:] = mid[l]
             else:
@@ -423,7 +433,7 @@ if numba is not None:
         if o[WO] >= 0:
             linear(p, o[WO], H * dh, res.shape[0], z, at_mid, 0, res.shape[0], True)
         else:
-            at_mid += z
+            add_to(at_mid, z)
         if o[WIN] < 0:
             out[:] = at_mid
         else:
@@ -489,14 +499,15 @@ if numba is not None:
         dpre[:] = 0.0
         linear_back_x(p, o[WOUT], m, d, dres, 0, d, dpre)
         for c in range(m):
-            for n in range(N):
-                a = pre[l, c, n]
-                if gelu:
+            if gelu:
+                for n in range(N):
+                    a = pre[l, c, n]
                     th = math.tanh(GELU_C * (a + 0.044715 * a * a * a))
                     dpre[c, n] *= (0.5 * (1.0 + th) + 0.5 * a * (1.0 - th * th) * GELU_C
                                    * (1.0 + 3.0 * 0.044715 * a * a))
-                elif a <= 0.0:
-                    dpre[c, n] = 0.0
+            else:
+                for n in range(N):
+                    dpre[c, n] = 0.0 if pre[l, c, n] <= 0.0 else dpre[c, n]
         x = m_in[l] if o[LN2W] >= 0 else mid[l]
         linear_back_w(g, o[WIN], d, m, x, dpre, 0, m)
         for c in range(m):
@@ -505,7 +516,7 @@ if numba is not None:
         linear_back_x(p, o[WIN], d, m, dpre, 0, m, dmid)
         if o[LN2W] >= 0:
             layer_norm_back(p, g, o[LN2W], o[LN2B], dmid, h2[l], s2[l], dmid)
-        dres += dmid
+        add_to(dres, dmid)
 
     @njit(**EXACT)
     def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
@@ -547,7 +558,7 @@ if numba is not None:
                         g[o[BQ + r] + c] = total(dqkv[r, c])
             if o[LN1W] >= 0:
                 layer_norm_back(p, g, o[LN1W], o[LN1B], dmid, h1[l], s1[l], dmid)
-            dres += dmid
+            add_to(dres, dmid)
         g[WPOS:WPOS + n_ctx * d] = 0.0
         g[WE:WE + V * d] = 0.0
         for b in range(B):
