@@ -27,6 +27,7 @@ import torch  # noqa: E402
 from flatformer import kernels  # noqa: E402
 from flatformer.bridge import TorchTransformer  # noqa: E402
 from flatformer.config import preset  # noqa: E402
+from flatformer.data import Corpus  # noqa: E402
 from flatformer.model import (backward, cross_entropy, forward, init_params,  # noqa: E402
                               keep_freed_memory)
 from flatformer.optim import AdamW  # noqa: E402
@@ -75,12 +76,17 @@ def batches(cfg, batch, seeds, steps, seed=0):
 
 
 def compiled_steps(cfg, batch, seeds, steps):
-    """A function running `steps` compiled steps (loaded or compiled first)."""
+    """A function running `steps` compiled steps (loaded or compiled first); the kernel builds
+    each step's windows from a corpus itself, as in training."""
     params = init_params(cfg, [np.random.default_rng(s) for s in range(seeds)])
-    opt, data = AdamW(params.flat), batches(cfg, batch, seeds, steps)
-    loss = np.zeros(seeds)
-    kernels.train_steps(params, opt, *(a[:1] for a in data), [1e-3], loss)  # load or compile
-    return lambda: kernels.train_steps(params, opt, *data, [1e-3] * steps, loss)
+    rng, n = np.random.default_rng(0), 4096
+    corpus = Corpus(rng.integers(0, cfg.d_vocab, n), np.full(n, -1), np.full(n, -1),
+                    np.array([0]), np.array([n]))
+    starts = rng.integers(0, n - cfg.n_ctx - 1, (steps, seeds, batch))
+    opt, loss = AdamW(params.flat), np.zeros(seeds)
+    kernels.train_steps(params, opt, corpus, starts[:1], False, [1e-3], loss)  # load/compile
+    return lambda: kernels.train_steps(params, opt, corpus, starts, False, [1e-3] * steps,
+                                       loss)
 
 
 def numpy_steps(cfg, batch, seeds, steps, dtype=np.float64):

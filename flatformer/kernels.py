@@ -580,31 +580,52 @@ if numba is not None:
             flat[dst:dst + sizes[j]] = vec[starts[j]:starts[j] + sizes[j]]
 
     @njit(**EXACT)
-    def train_chunk(flat, starts, sizes, glob, lay, dims, m_flat, v_flat, tokens, targets,
-                    weights, decay, step_size, bc2, b1c, b2, b2c, eps, loss_sum, bad, lo, hi):
+    def windows(text, target, source, counted, drop_unseen, at, tokens, targets, weights):
+        """data.Corpus.windows of the windows starting at `at` (B,), into (B, T) arrays:
+        inputs, targets and loss weights (counted: empty when every target counts)."""
+        B, T = tokens.shape
+        for b in range(B):
+            start = at[b]
+            for t in range(T):
+                pos = start + t + 1
+                tokens[b, t] = text[pos - 1]
+                targets[b, t] = text[pos]
+                w = 1.0 if counted.shape[0] == 0 or counted[pos] else 0.0
+                if drop_unseen and target[pos] >= 0 and source[pos] < start:
+                    w = 0.0   # the rule's source lies before the window: no model can see it
+                weights[b, t] = w
+
+    @njit(**EXACT)
+    def train_chunk(flat, starts, sizes, glob, lay, dims, m_flat, v_flat, text, target, source,
+                    counted, drop_unseen, at, decay, step_size, bc2, b1c, b2, b2c, eps,
+                    loss_sum, bad, lo, hi):
         """K AdamW steps for seeds lo..hi-1 of S. flat/m_flat/v_flat hold S seeds tensor-major
-        (as model.Params); tokens/targets/weights are (K, S, B, T); decay, step_size and bc2
-        are the per-step scalars of optim.AdamW. Adds each step's loss to loss_sum; a seed
-        whose loss is not finite stops there, before its update, with the step's index in
-        bad."""
-        K, S, B, T = tokens.shape
+        (as model.Params); each step's windows start at at[k, s] (B,) in a corpus (text,
+        target, source, counted as data.Corpus's); decay, step_size and bc2 are the per-step
+        scalars of optim.AdamW. Adds each step's loss to loss_sum; a seed whose loss is not
+        finite stops there, before its update, with the step's index in bad."""
+        K, S, B = at.shape
+        T = dims[5]
         P = flat.shape[0] // S
         L = lay.shape[0]
         p, m, v, g = np.empty(P), np.empty(P), np.empty(P), np.empty(P)
         bufs = buffers(dims, L, B, T)
+        tokens, targets = np.empty((B, T), np.int64), np.empty((B, T), np.int64)
+        weights = np.empty((B, T))
         for s in range(lo, hi):
             gather(flat, starts, sizes, S, s, p)
             gather(m_flat, starts, sizes, S, s, m)
             gather(v_flat, starts, sizes, S, s, v)
             for k in range(K):
-                forward_seed(p, tokens[k, s], glob, lay, dims, B, T, bufs)
-                loss = loss_and_dlogits(bufs[13], targets[k, s], weights[k, s], B, T,
-                                        bufs[23])
+                windows(text, target, source, counted, drop_unseen, at[k, s], tokens, targets,
+                        weights)
+                forward_seed(p, tokens, glob, lay, dims, B, T, bufs)
+                loss = loss_and_dlogits(bufs[13], targets, weights, B, T, bufs[23])
                 if not math.isfinite(loss):
                     bad[s] = k
                     break
                 loss_sum[s] += loss
-                backward_seed(p, g, tokens[k, s], glob, lay, dims, B, T, bufs)
+                backward_seed(p, g, tokens, glob, lay, dims, B, T, bufs)
                 for i in range(P):   # optim.AdamW's arithmetic, operation for operation
                     p[i] *= decay[k]
                     m[i] += b1c * (g[i] - m[i])
@@ -785,20 +806,25 @@ def evaluate(params, data, with_loss: bool = True):
     return loss, err
 
 
-def train_steps(params, opt, tokens, targets, weights, lrs, loss_sum) -> np.ndarray:
-    """K AdamW steps (tokens etc. (K, S, B, T), lrs (K,)) on params and an optim.AdamW, in
-    place, with optim.AdamW's arithmetic; each step's loss is added to loss_sum (S,). Returns
-    per seed the index of the first step whose loss was not finite, or -1."""
+def train_steps(params, opt, corpus, starts, drop_unseen: bool, lrs, loss_sum) -> np.ndarray:
+    """K AdamW steps on params and an optim.AdamW, in place, with optim.AdamW's arithmetic:
+    step k of seed s on the windows of `corpus` (a data.Corpus) starting at starts[k, s], as
+    corpus.windows(starts, n_ctx, drop_unseen) gives them (built in the kernel); lrs (K,).
+    Each step's loss is added to loss_sum (S,). Returns per seed the index of the first step
+    whose loss was not finite, or -1."""
     b1, b2 = opt.betas
     ts = opt.t + 1 + np.arange(len(lrs))
     decay = np.array([1.0 - lr * opt.weight_decay for lr in lrs])
     step_size = np.array([lr / (1.0 - b1 ** int(t)) for lr, t in zip(lrs, ts)])
     bc2 = np.array([math.sqrt(1.0 - b2 ** int(t)) for t in ts])
     bad = np.full(params.n_seeds, -1, dtype=np.int64)
+    counted = np.zeros(0, np.bool_) if corpus.counted is None else corpus.counted
     over_seeds(train_chunk, params.n_seeds, *_args(params), opt.m, opt.v,
-               np.ascontiguousarray(tokens, dtype=np.int64),
-               np.ascontiguousarray(targets, dtype=np.int64),
-               np.ascontiguousarray(weights, dtype=np.float64), decay, step_size, bc2,
+               *(np.ascontiguousarray(a, dtype=np.int64) for a in (corpus.tokens,
+                                                                    corpus.target,
+                                                                    corpus.source)),
+               np.ascontiguousarray(counted, dtype=np.bool_), bool(drop_unseen),
+               np.ascontiguousarray(starts, dtype=np.int64), decay, step_size, bc2,
                1.0 - b1, b2, 1.0 - b2, opt.eps, loss_sum, bad)
     opt.t += len(lrs)
     return bad

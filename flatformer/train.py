@@ -353,21 +353,24 @@ class Trainer:
         return trainer
 
     def batches(self, n: int):
-        """Inputs, targets and loss weights of the next n steps, each (n, S, B, T) (with a full
-        batch, B is every training window); n must not cross a multiple of CHUNK."""
+        """Inputs, targets and loss weights of the next n steps, each (n, S, B, T)."""
+        return self.data.train.windows(self.batch_starts(n), self.job.cfg.n_ctx,
+                                       self.job.recipe.drop_unseen)
+
+    def batch_starts(self, n: int) -> np.ndarray:
+        """Where the training windows of the next n steps start, (n, S, B) (with a full batch,
+        B is every training window); n must not cross a multiple of CHUNK."""
         r, data = self.job.recipe, self.data
         if r.full_batch:
-            starts = np.broadcast_to(data.train_starts, (n, len(self.members),
-                                                         len(data.train_starts)))
-            return data.train.windows(starts, self.job.cfg.n_ctx, r.drop_unseen)
+            return np.broadcast_to(data.train_starts, (n, len(self.members),
+                                                       len(data.train_starts)))
         chunk = self.step // CHUNK
         if self._batches[0] != chunk:
             idx = np.stack([batch_indices(s, c, chunk, len(data.train_starts), r.batch_size)
                             for s, c in self.members], 1)                     # (CHUNK, S, B)
             self._batches = (chunk, idx)
         lo = self.step % CHUNK
-        starts = data.train_starts[self._batches[1][lo:lo + n]]
-        return data.train.windows(starts, self.job.cfg.n_ctx, r.drop_unseen)
+        return data.train_starts[self._batches[1][lo:lo + n]]
 
     def diverged(self, seed_index: int):
         raise Diverged(f"loss became NaN at step {self.step + 1} (seed "
@@ -399,16 +402,15 @@ class Trainer:
             for _ in range(n):
                 self.train_step()
             return
-        # Bound the batch arrays (K x S x B x T) so that 1,024 seeds stay small in memory.
+        # Bound the window starts (K x S x B) so that 1,024 seeds stay small in memory.
         batch = len(self.data.train_starts) if self.job.recipe.full_batch else \
             self.job.recipe.batch_size
-        per_call = max(1, min(STEPS_PER_CALL, (1 << 20) // self.params.n_seeds
-                              // (batch * self.job.cfg.n_ctx)))
+        per_call = max(1, min(STEPS_PER_CALL, (1 << 20) // self.params.n_seeds // batch))
         while n > 0:
             k = min(n, per_call, CHUNK - self.step % CHUNK)
-            inputs, targets, weights = self.batches(k)
             lrs = [self.job.recipe.lr_at(self.step + j) for j in range(k)]
-            bad = kernels.train_steps(self.params, self.opt, inputs, targets, weights, lrs,
+            bad = kernels.train_steps(self.params, self.opt, self.data.train,
+                                      self.batch_starts(k), self.job.recipe.drop_unseen, lrs,
                                       self._loss_sum)
             if np.any(bad >= 0):
                 first = int(bad[bad >= 0].min())

@@ -7,7 +7,7 @@ import pytest
 
 from flatformer import kernels
 from flatformer.config import preset
-from flatformer.data import TaskData
+from flatformer.data import Corpus, TaskData
 from flatformer.errors import FlatformerError
 from flatformer.evaluate import evaluate
 from flatformer.model import backward, cross_entropy, forward
@@ -135,3 +135,23 @@ def test_evaluation_equals_the_reference_engine(cfg, monkeypatch):
     np.testing.assert_allclose(fast[0], slow[0], rtol=1e-12, atol=0)
     assert 0 < slow[1].min() and fast[1].tobytes() == slow[1].tobytes()
     assert np.isnan(no_loss[0]).all() and no_loss[1].tobytes() == fast[1].tobytes()
+
+
+@pytest.mark.parametrize("drop_unseen", [False, True])
+def test_windows_built_in_the_kernel_equal_the_corpus_windows(drop_unseen):
+    """The training kernel builds each step's windows itself: data.Corpus.windows's inputs,
+    targets and loss weights, with a counted mask and targets whose source lies before."""
+    rng = np.random.default_rng(0)
+    n, T, B = 300, 8, 40
+    target = np.where(rng.random(n) < 0.4, rng.integers(0, 12, n), -1)
+    corpus = Corpus(rng.integers(0, 12, n), target, np.where(target >= 0, np.arange(n)
+                                                             - rng.integers(1, 12, n), -1),
+                    np.array([0]), np.array([n]), counted=rng.random(n) < 0.7)
+    starts = rng.integers(0, n - T - 1, B)
+    want = corpus.windows(starts, T, drop_unseen)
+    got = np.empty((B, T), np.int64), np.empty((B, T), np.int64), np.empty((B, T))
+    kernels.windows(corpus.tokens, corpus.target, corpus.source, corpus.counted, drop_unseen,
+                    starts, *got)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert 0 < want[2].sum() < want[2].size
