@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from flatformer.jobs import build_job
+from flatformer.tasks.base import LEARNED
 from flatformer.train import train
 
 
@@ -30,7 +31,7 @@ def main():
             trainer = train(job)
             seconds = time.perf_counter() - start
             errors = np.array([m[-1]["rule_error"] for m in trainer.metrics])
-            print(f"{recipe:8s} seeds {args.seeds}: {np.sum(errors <= 0.01)}/{len(errors)} at "
+            print(f"{recipe:8s} seeds {args.seeds}: {np.sum(errors <= LEARNED)}/{len(errors)} at "
                   f"<= 1%, median {np.median(errors):.2%}, worst {errors.max():.2%}, "
                   f"{seconds:.0f} s")
 
