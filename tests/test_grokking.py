@@ -78,7 +78,9 @@ def test_full_batch_training_memorises_the_training_pairs(grokking_run):
     assert result["test_loss"][-1] > 1.0
     assert result["phases"]["memorisation"] <= 400
     assert rows[-1]["rule_error"] == pytest.approx(1 - result["test_accuracy"][-1], abs=1e-12)
-    assert rows[-1]["val_loss"] == pytest.approx(result["test_loss"][-1], abs=1e-9)
+    # the run evaluates in its float32 training precision, the analysis in float64
+    assert run.config["recipe"]["dtype"] == "float32"
+    assert rows[-1]["val_loss"] == pytest.approx(result["test_loss"][-1], rel=1e-6)
 
 
 def test_fourier_basis_is_orthonormal_and_the_spectrum_finds_built_in_frequencies():

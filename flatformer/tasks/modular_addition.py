@@ -23,16 +23,12 @@ class ModularAddition(MarkerTask):
 
     Example: `30 40 = 17`: 30 + 40 = 70, which is 17 modulo 53.
 
-    Why half the pairs, not the 30% of Nanda et al.: measured at p = 53 (seed 0, an
-    eager-PyTorch replica of the default model, on a loaded machine), every variant tried
-    memorised its pairs within 500 steps, but with 30% of the pairs none passed 3% held-out
-    accuracy by step 3,500 (35%: 3.7% and 40%: 15.5% at step 2,500), too slow for a two-minute
-    run; with 50% the training pairs were all right at step 200 and 99% of the held-out pairs
-    at step 1,200. On flatformer's float64 engine the default is slower: seed 0 memorised by
-    step 300 (33% held out) and reached only 76% held-out accuracy at step 1,500, its clean-up
-    under way (held-out loss 8.1 at step 800, 2.0 at 1,500). Seeds 0-4 (bench/grokking.py):
-    2 of 5 grokked by step 1,500 (seed 3 at step 900, seed 4 at 1,500); the others ended at
-    76%, 71% and 54% held out.
+    Why half the pairs, not the 30% of Nanda et al.: measured at p = 53 (on a loaded machine),
+    every variant tried memorised its pairs within 500 steps, but with 30% of the pairs none
+    passed 3% held-out accuracy by step 3,500 (an eager-PyTorch replica and this engine; seed 0
+    was still at 2.7% after 6,000 float32 steps), too slow for a two-minute run; 35% gave 3.7%
+    and 40% 15.5% at step 2,500. With 50% (the `grokking` recipe, float32) seeds 0-4 memorised
+    by step 200-400 and passed 99% held out at steps 1,000-2,000 (bench/grokking.py).
     """
 
     name = "modular-addition"
@@ -41,7 +37,7 @@ class ModularAddition(MarkerTask):
     default_recipe = "grokking"
     answer_only = True
     settings = {"p": 53, "train_fraction": 0.5}
-    measured = "23.7% at step 1,500 (seed 0)"
+    measured = "0.0% at step 4,000 (seed 0)"
     measured_error = None
 
     def __init__(self, p: int = 53, train_fraction: float = 0.5):
