@@ -1,27 +1,64 @@
 """Grokking modular addition: `flatformer train modular-addition` for seeds 0-4, one at a time.
 
-    python bench/grokking.py [--seeds 0-4] [--set key=value ...]
+    python bench/grokking.py [--seeds 0-4] [--set key=value ...] [--step-only]
 
-Each seed trains as the default command does (default preset and recipe, its own temporary run
-folder) and prints one row: the step at which every training pair is right (memorised), the
+First the cost of one training step of the default model, in this process: the full forward and
+backward passes against the path the trainer takes, which computes the last block only at `=`
+(model.forward's `read`), each in float64 and float32 (CPU ms, and the ratio to the full pass in
+float64).
+
+Then each seed trains as the default command does (default preset and recipe, its own temporary
+run folder) and prints one row: the step at which every training pair is right (memorised), the
 first checkpoint at which 99% of the held-out pairs are right (grokked), the final held-out
 accuracy, the key frequencies, the phases and where the restricted and test losses are half-way
 down (analysis/grokking.py), and the seconds it took: wall time, and CPU time, which is what an
 idle machine would take when the machine is shared (the training is single-threaded but for
-NumPy's matrix products).
+NumPy's matrix products), with the machine's load average before and after.
 """
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from flatformer.analysis.grokking import progress
+from flatformer.data import TaskData
 from flatformer.jobs import build_job, parse_seeds
+from flatformer.model import backward, cross_entropy, forward, init_params
 from flatformer.runs import load_run
 from flatformer.train import train
 
 GROKKED = 0.99
+
+
+def step_costs(folder: Path, sets: list[str], repeat: int = 20) -> None:
+    """CPU ms of one full-batch step's forward and backward passes: every position, or only the
+    positions the loss reads, in float64 and float32."""
+    job, _ = build_job("modular-addition", None, None, 0, None, folder / "step", sets)
+    data = TaskData.build(job.task, job.cfg.n_ctx, job.data_seed)
+    inputs, targets, weights = data.train.windows(data.train_starts[None], job.cfg.n_ctx, False)
+    read = np.flatnonzero(weights.any((0, 1)))
+    costs = {}
+    for dtype in ("float64", "float32"):
+        params = init_params(job.cfg, [np.random.default_rng(0)], job.recipe.embed_init_scale)
+        params = params.like(params.flat.astype(dtype))
+        for name, at in (("every position", None), ("read positions", read)):
+            def step():
+                logits, cache = forward(params, inputs, read=at)
+                pick = slice(None) if at is None else at
+                backward(params, cache, cross_entropy(logits, targets[..., pick],
+                                                      weights[..., pick])[1])
+            step()
+            cpu = time.process_time()
+            for _ in range(repeat):
+                step()
+            costs[name, dtype] = (time.process_time() - cpu) / repeat * 1e3
+    base = costs["every position", "float64"]
+    for (name, dtype), ms in costs.items():
+        print(f"step, {name:>14s}, {dtype}: {ms:6.1f} ms CPU ({base / ms:.1f}x)")
 
 
 def measure(seed: int, folder: Path, sets: list[str]) -> dict:
@@ -43,9 +80,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0-4")
     parser.add_argument("--set", dest="sets", action="append", default=[])
+    parser.add_argument("--step-only", action="store_true", help="only the cost of one step")
     args = parser.parse_args()
     rows = []
+    print("load average (1, 5, 15 min) before: " + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
     with tempfile.TemporaryDirectory() as tmp:
+        step_costs(Path(tmp), args.sets)
+        if args.step_only:
+            return
         for seed in parse_seeds(args.seeds):
             r = measure(seed, Path(tmp), args.sets)
             if not rows:
@@ -63,7 +105,9 @@ def main():
     ok = [r for r in rows if r["grokked"] and r["final"] >= GROKKED and r["memorised"]
           and r["memorised"] < r["grokked"]]
     print(f"{len(ok)} of {len(rows)} seeds grokked (memorised first, >= {GROKKED:.0%} held-out "
-          f"at the end); CPU seconds max {max(r['cpu'] for r in rows):.1f}")
+          f"at the end); CPU seconds max {max(r['cpu'] for r in rows):.1f}, wall seconds max "
+          f"{max(r['wall'] for r in rows):.1f}; load average after: "
+          + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":
