@@ -97,8 +97,11 @@ def layout(cfg: ModelConfig):
 
 
 if numba is not None:
-    FAST = dict(cache=True, fastmath={"reassoc"}, nogil=True)
-    EXACT = dict(cache=True, nogil=True)
+    # error_model="numpy": a division by zero gives inf or NaN as IEEE says, where numba's
+    # default tests every divisor first (and so keeps loops with a division out of vector
+    # lanes: AdamW's, the softmax's); no divisor here is zero but in a diverged run.
+    FAST = dict(cache=True, fastmath={"reassoc"}, nogil=True, error_model="numpy")
+    EXACT = dict(cache=True, nogil=True, error_model="numpy")
 
     @intrinsic
     def as_float(typingctx, bits):
