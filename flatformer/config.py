@@ -142,9 +142,10 @@ PRESETS: dict[str, dict] = {
     "small-4d-2head": dict(d_model=4, n_heads=2, d_head=2, n_layers=1, d_mlp=32, n_ctx=8,
                            act_fn="relu", normalization="none", qkv_bias=False, attn_out=True,
                            unembed_bias=True),
-    # Attention only, two layers, a 32-token context: the smallest model family that forms
-    # induction heads (task `induction`; its 1-layer control is the same with n_layers=1).
-    "attn-only-2l": dict(d_model=16, n_heads=1, d_head=16, n_layers=2, d_mlp=0, n_ctx=32,
+    # Attention only, two layers of two heads, a 48-token context: the model family that forms
+    # induction heads (task `induction`; its 1-layer control is the same with n_layers=1). Two
+    # heads per layer, so that the circuit's pair has to stand out from the other pairs.
+    "attn-only-2l": dict(d_model=32, n_heads=2, d_head=8, n_layers=2, d_mlp=0, n_ctx=48,
                          act_fn="relu", normalization="none", qkv_bias=False, attn_out=True,
                          unembed_bias=True, ln_final=False),
     # Grokking (Nanda et al. 2023's shape, smaller): one block, no LayerNorm, 4 heads with W_O, a

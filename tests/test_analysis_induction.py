@@ -63,6 +63,7 @@ def test_scores_on_the_hand_built_circuit(circuit):
     assert scores.prev_token[0, 0] > 0.99 and scores.prefix_matching[1, 0] > 0.9
     assert scores.prev_token[1, 0] < 0.2 and scores.prefix_matching[0, 0] < 0.2
     assert scores.induction_pair() == ((0, 0), (1, 0))
+    assert scores.strongest_k_pair() == ((0, 0), (1, 0))
     assert scores.copying[1][0] == pytest.approx(1.0, abs=1e-12)    # full OV = identity
     assert scores.copying[0][1] is None                              # W_V = 0: undefined
     k = scores.composition["k"]

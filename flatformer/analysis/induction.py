@@ -38,12 +38,18 @@ from ..transformer import Transformer
 
 BASELINE_DRAWS = 200
 LOSS_WINDOWS = 128  # fixed training windows for the loss curves over checkpoints
+# The probe: 16 random tokens repeated once, 32 positions, inside a longer context. A key at
+# position j is trained only when a later query of the window reads it, so the last positions of
+# every window are never trained as keys; a probe that fills the window would average those in,
+# which the score (meant for a repeat inside a language model's long context) does not intend.
+PROBE_TOKENS = 16
 
 
 def repeated_tokens(cfg: ModelConfig, n_seqs: int = 32, seed: int = 0) -> tuple[np.ndarray, int]:
     """(tokens (n_seqs, 2n), n): n distinct random tokens, then the same n again, with
-    n = min(n_ctx // 2, d_vocab) (distinct, so the earlier occurrence of each token is unique)."""
-    n = min(cfg.n_ctx // 2, cfg.d_vocab)
+    n = min(PROBE_TOKENS, n_ctx // 2, d_vocab) (distinct, so the earlier occurrence of each
+    token is unique)."""
+    n = min(PROBE_TOKENS, cfg.n_ctx // 2, cfg.d_vocab)
     rng = np.random.default_rng(seed)
     first = np.stack([rng.permutation(cfg.d_vocab)[:n] for _ in range(n_seqs)])
     return np.concatenate([first, first], axis=1), n
@@ -159,6 +165,17 @@ class HeadScores:
         later = self.prefix_matching[1:]
         layer, b = np.unravel_index(int(later.argmax()), later.shape)
         return (0, a), (int(layer) + 1, int(b))
+
+    def strongest_k_pair(self):
+        """((0, a), (1, b)): the layer-0 -> layer-1 pair with the largest K-composition, or None
+        with one layer (or when no layer-0 head writes anything). In an induction circuit it is
+        a previous-token head and the induction head whose keys read it."""
+        H = self.prev_token.shape[1]
+        k = self.composition["k"][:H, H:2 * H]
+        if self.prev_token.shape[0] < 2 or np.all(np.isnan(k)):
+            return None
+        a, b = divmod(int(np.nanargmax(k)), H)
+        return (0, a), (1, b)
 
     def to_json(self) -> dict:
         L, H = self.prev_token.shape
