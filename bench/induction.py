@@ -9,8 +9,8 @@ previous-token and prefix-matching scores (the must-show: a previous-token head 
 prefix-matching head >= 0.8 whose K-composition is the largest of all such pairs), the best
 scores of each layer, the phase step, and the largest rise of the training loss between
 checkpoints up to the phase step and over as many checkpoints after it (a bump stands out only
-if the first is larger than the second, the optimiser's noise); then the counts the README quotes, and the control's
-rule errors. Times are wall-clock and CPU seconds of each batched run
+if the first is larger than the second, the optimiser's noise); then the counts the README
+quotes, and the control's rule errors. Times are wall-clock and CPU seconds of each batched run
 (on a busy machine the CPU seconds are the better guess at an idle machine's wall time).
 """
 
