@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FlatformerError
-from ..model import LN_EPS, activation
+from ..model import activation, layer_norm
 from ..transformer import Transformer
 from .plane import grid
 from .probs import entropy, softmax
@@ -24,10 +24,15 @@ def final_norm(model: Transformer, resid: np.ndarray) -> np.ndarray:
     resid = np.asarray(resid, dtype=np.float64)
     if not model.cfg.ln_final:
         return resid
-    t = model.tensors
-    centred = resid - resid.mean(-1, keepdims=True)
-    return (centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + LN_EPS) * t["ln_final.w"]
-            + t["ln_final.b"])
+    return norm(resid, model.tensors["ln_final.w"], model.tensors["ln_final.b"])
+
+
+def norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The engine's own LayerNorm on vectors (..., d), so that what is read off here equals the
+    model's numbers to the last bit."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    _, _, out = layer_norm(x.reshape(1, 1, -1, x.shape[-1]), w[None], b[None])
+    return out.reshape(x.shape)
 
 
 def unembed(model: Transformer, resid: np.ndarray) -> np.ndarray:
@@ -51,9 +56,7 @@ def output_logits(model: Transformer, points: np.ndarray) -> np.ndarray:
         return unembed(model, z)
     x = z
     if cfg.normalization == "pre_ln":
-        centred = z - z.mean(-1, keepdims=True)
-        x = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + LN_EPS)
-        x = x * t[b + "ln2.w"] + t[b + "ln2.b"]
+        x = norm(z, t[b + "ln2.w"], t[b + "ln2.b"])
     hidden = activation(cfg, x @ t[b + "mlp.W_in"] + t[b + "mlp.b_in"])
     return unembed(model, z + hidden @ t[b + "mlp.W_out"] + t[b + "mlp.b_out"])
 
