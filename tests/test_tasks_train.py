@@ -30,7 +30,7 @@ def trained(name, tmp_path_factory):
 
 # modular-addition reaches its number only after grokking, minutes of full-batch training per
 # seed: bench/grokking.py measures it, and tests/test_grokking.py tests its data path. induction
-# trains 32-token windows for thousands of steps (minutes for four seeds, more than this suite's
+# trains 48-token windows for 3,000 steps (over a minute for four seeds, more than this suite's
 # budget): bench/induction.py measures its claim, tests/test_analysis_induction.py its parts.
 @pytest.mark.parametrize("name", sorted(set(TASKS) - {"modular-addition", "induction"}))
 def test_default_training_reaches_the_claimed_rule_error(name, tmp_path_factory):
