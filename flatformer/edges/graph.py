@@ -101,10 +101,24 @@ class EdgeGraph:
         return {s: np.zeros(self.cfg.d_model) for s in self.senders}
 
     def _read(self, r, tr: Trace):
+        """Receiver r's input in every variant: the sum over its senders of the sender's output
+        where the edge is kept (mask 1) and its ablated value where not (mask 0), i.e. ref +
+        mask (out - ref). The outputs that are the same in every variant (the embeddings, and
+        everything in a single-variant pass) go through one product with their masks."""
         x = np.zeros(tr.shape)
+        shared, diffs = [], []
         for e, s in self.into[r]:
             ref = tr.edge_refs.get(e, tr.refs[s])
-            x += ref + tr.masks[:, e, None, None, None] * (tr.outs[s] - ref)
+            x += ref
+            diff = tr.outs[s] - ref
+            if diff.shape[0] == 1:
+                shared.append(e)
+                diffs.append(np.broadcast_to(diff, (1, *tr.shape[1:])).reshape(-1))
+            else:
+                diff *= tr.masks[:, e, None, None, None]
+                x += diff
+        if shared:
+            x += (tr.masks[:, shared] @ np.stack(diffs)).reshape(tr.shape)
         return x
 
     def forward(self, tokens, refs: dict, masks, positions=None,
