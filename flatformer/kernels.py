@@ -241,6 +241,32 @@ if numba is not None:
             for i in range(d):
                 dx[i, n] = (dy[i, n] * p[w + i] - m1 - xhat[i, n] * m2) / scale[n]
 
+    @njit(inline="always", **EXACT)
+    def attend(q, k, v, h, dh, inv, src, t, row, z, col):
+        """Head h's causal softmax attention for the query at column src + t of q, over the
+        keys src .. src + t: its pattern into row[:t + 1], its output into z[:, col]."""
+        top = -np.inf
+        for u in range(t + 1):
+            s = 0.0
+            for j in range(dh):
+                s += q[h * dh + j, src + t] * k[h * dh + j, src + u]
+            s *= inv
+            row[u] = s
+            if s > top:
+                top = s
+        norm = 0.0
+        for u in range(t + 1):   # a few exponentials: the C library's is quicker
+            e = math.exp(row[u] - top)
+            row[u] = e
+            norm += e
+        for u in range(t + 1):
+            row[u] /= norm
+        for j in range(dh):
+            acc = 0.0
+            for u in range(t + 1):
+                acc += row[u] * v[h * dh + j, src + u]
+            z[h * dh + j, col] = acc
+
     @njit(**EXACT)
     def attention(q, k, v, pat, z, B, T, H, dh):
         """Causal softmax attention per sequence and head; q, k, v, z are (H * dh, N)."""
@@ -249,29 +275,9 @@ if numba is not None:
             base = b * T
             for h in range(H):
                 for t in range(T):
-                    top = -np.inf
-                    for u in range(t + 1):
-                        s = 0.0
-                        for j in range(dh):
-                            s += q[h * dh + j, base + t] * k[h * dh + j, base + u]
-                        s *= inv
-                        pat[b, h, t, u] = s
-                        if s > top:
-                            top = s
-                    norm = 0.0
-                    for u in range(t + 1):   # a few exponentials: the C library's is quicker
-                        e = math.exp(pat[b, h, t, u] - top)
-                        pat[b, h, t, u] = e
-                        norm += e
-                    for u in range(t + 1):
-                        pat[b, h, t, u] /= norm
+                    attend(q, k, v, h, dh, inv, base, t, pat[b, h, t], z, base + t)
                     for u in range(t + 1, T):
                         pat[b, h, t, u] = 0.0
-                    for j in range(dh):
-                        acc = 0.0
-                        for u in range(t + 1):
-                            acc += pat[b, h, t, u] * v[h * dh + j, base + u]
-                        z[h * dh + j, base + t] = acc
 
     @njit(**EXACT)
     def attention_back(q, k, v, pat, dz, dq, dk, dv, dpat, B, T, H, dh):
@@ -395,29 +401,8 @@ if numba is not None:
         (H * dh, B), with the same arithmetic; row: (T,) of scratch."""
         inv = 1.0 / math.sqrt(dh)
         for b in range(B):
-            base, t = b * T, at[b]
             for h in range(H):
-                top = -np.inf
-                for u in range(t + 1):
-                    s = 0.0
-                    for j in range(dh):
-                        s += q[h * dh + j, base + t] * k[h * dh + j, base + u]
-                    s *= inv
-                    row[u] = s
-                    if s > top:
-                        top = s
-                norm = 0.0
-                for u in range(t + 1):
-                    e = math.exp(row[u] - top)
-                    row[u] = e
-                    norm += e
-                for u in range(t + 1):
-                    row[u] /= norm
-                for j in range(dh):
-                    acc = 0.0
-                    for u in range(t + 1):
-                        acc += row[u] * v[h * dh + j, base + u]
-                    z[h * dh + j, b] = acc
+                attend(q, k, v, h, dh, inv, b * T, at[b], row, z, b)
 
     @njit(**EXACT)
     def forward_at(p, tok, at, glob, lay, dims, B, T, bufs, one):
