@@ -100,25 +100,37 @@ class EdgeGraph:
     def zero_refs(self) -> dict:
         return {s: np.zeros(self.cfg.d_model) for s in self.senders}
 
-    def _read(self, r, tr: Trace):
-        """Receiver r's input in every variant: the sum over its senders of the sender's output
-        where the edge is kept (mask 1) and its ablated value where not (mask 0), i.e. ref +
-        mask (out - ref). The outputs that are the same in every variant (the embeddings, and
-        everything in a single-variant pass) go through one product with their masks."""
-        x = np.zeros(tr.shape)
-        shared, diffs = [], []
-        for e, s in self.into[r]:
-            ref = tr.edge_refs.get(e, tr.refs[s])
-            x += ref
-            diff = tr.outs[s] - ref
-            if diff.shape[0] == 1:
-                shared.append(e)
-                diffs.append(np.broadcast_to(diff, (1, *tr.shape[1:])).reshape(-1))
-            else:
-                diff *= tr.masks[:, e, None, None, None]
-                x += diff
-        if shared:
-            x += (tr.masks[:, shared] @ np.stack(diffs)).reshape(tr.shape)
+    def _read(self, r, tr: Trace, at=None):
+        """Receiver r's input in every variant, (E, B, T, d), or (E, B, d) at `at` = (rows,
+        index) only: the sum over its senders of the sender's output where the edge is kept
+        (mask 1) and its ablated value where not (mask 0), i.e. ref + mask (out - ref).
+
+        The terms that are the same in every variant (the ablated values, and the outputs of
+        the embeddings or of a single-variant pass) go through one product with their masks;
+        only the outputs that differ between variants take passes over the whole array."""
+        E, B, T, d = tr.shape
+
+        def part(a):   # broadcast to (1 or E, B, T, d); at `at`: (1 or E, B, d)
+            a = np.asarray(a)
+            a = np.broadcast_to(a, (a.shape[0] if a.ndim == 4 else 1, B, T, d))
+            return a if at is None else a[:, at[0], at[1]]
+
+        base, edges, terms, varying = 0.0, [], [], []
+        for e, s in self.into[r]:   # the ablated values are the same in every variant
+            ref, out = part(tr.edge_refs.get(e, tr.refs[s])), part(tr.outs[s])
+            base = base + ref
+            edges.append(e)
+            if out.shape[0] == 1:
+                terms.append((out - ref).reshape(-1))
+            else:                   # mask (out - ref) as mask out - mask ref
+                terms.append(-ref.reshape(-1))
+                varying.append((e, out))
+        shape = (E, B, T, d) if at is None else (E, B, d)
+        x = (tr.masks[:, edges] @ np.stack(terms)).reshape(shape)
+        x += base
+        scratch = np.empty(shape) if varying else None
+        for e, out in varying:
+            x += np.multiply(out, tr.masks[:, e].reshape(E, *[1] * (len(shape) - 1)), out=scratch)
         return x
 
     def forward(self, tokens, refs: dict, masks, positions=None,
@@ -161,11 +173,9 @@ class EdgeGraph:
                 tr.saved[head] = saved
                 tr.outs[head] = self._head_out(z, L, h)
             if self.mlp[L]:
-                x = self._read(f"m{L}", tr)
                 # Only the logits read the last MLP: with `positions` it runs there alone.
                 only_there = positions is not None and L == cfg.n_layers - 1
-                if only_there:
-                    x = x[:, positions[0], positions[1]]
+                x = self._read(f"m{L}", tr, positions if only_there else None)
                 saved = {}
                 if cfg.normalization == "pre_ln":
                     saved["ln"] = _ln(x, t[b + "ln2.w"], t[b + "ln2.b"])
@@ -177,10 +187,8 @@ class EdgeGraph:
                 if only_there:
                     out = self._scatter(out, positions, tr.shape)
                 tr.outs[f"m{L}"] = out
-        x = self._read("logits", tr)
-        if positions is not None:
-            tr.positions = positions
-            x = x[:, positions[0], positions[1]]
+        x = self._read("logits", tr, positions)
+        tr.positions = positions
         if self.final_ln:
             tr.saved["logits"] = _ln(x, t["ln_final.w"], t["ln_final.b"])
             x = tr.saved["logits"][2]
