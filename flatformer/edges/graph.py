@@ -126,8 +126,8 @@ class EdgeGraph:
                 terms.append(-ref.reshape(-1))
                 varying.append((e, out))
         shape = (E, B, T, d) if at is None else (E, B, d)
-        x = (tr.masks[:, edges] @ np.stack(terms)).reshape(shape)
-        x += base
+        weights = np.concatenate([tr.masks[:, edges], np.ones((E, 1))], axis=1)
+        x = (weights @ np.stack([*terms, base.reshape(-1)])).reshape(shape)
         scratch = np.empty(shape) if varying else None
         for e, out in varying:
             x += np.multiply(out, tr.masks[:, e].reshape(E, *[1] * (len(shape) - 1)), out=scratch)
@@ -149,14 +149,18 @@ class EdgeGraph:
         tr = Trace(masks, refs, edge_refs or {}, shape=(len(masks), B, T, d))
         tr.outs["tok"] = t["embed.W_E"][tokens][None]
         tr.outs["pos"] = np.broadcast_to(t["pos_embed.W_pos"][:T], (1, B, T, d))
-        mask = causal_mask(T)
         for L in range(cfg.n_layers):
             b = f"blocks.{L}."
+            # Only the logits (and a last MLP, there too) read the last layer's heads: with
+            # `positions` each of them attends from the query at the position alone.
+            at, mask = self._queries(positions if L == cfg.n_layers - 1 else None, T)
             for h in range(cfg.n_heads):
                 head = f"a{L}.{h}"
                 saved, qkv = {}, []
                 for kind in "qkv":
-                    x = self._read(f"{head}.{kind}", tr)
+                    x = self._read(f"{head}.{kind}", tr, at if kind == "q" else None)
+                    if kind == "q" and at is not None:
+                        x = x[:, :, None]                    # (E, B, 1, d): one query each
                     if cfg.normalization == "pre_ln":
                         saved["ln_" + kind] = _ln(x, t[b + "ln1.w"], t[b + "ln1.b"])
                         x = saved["ln_" + kind][2]
@@ -171,7 +175,8 @@ class EdgeGraph:
                 z = pattern @ v
                 saved.update(q=q, k=k, v=v, pattern=pattern)
                 tr.saved[head] = saved
-                tr.outs[head] = self._head_out(z, L, h)
+                out = self._head_out(z, L, h)
+                tr.outs[head] = out if at is None else self._scatter(out[:, :, 0], at, tr.shape)
             if self.mlp[L]:
                 # Only the logits read the last MLP: with `positions` it runs there alone.
                 only_there = positions is not None and L == cfg.n_layers - 1
@@ -196,6 +201,15 @@ class EdgeGraph:
         if "unembed.b_U" in t:
             logits = logits + t["unembed.b_U"]
         return logits, tr
+
+    @staticmethod
+    def _queries(positions, T):
+        """The queries a layer attends from: every position, with the causal mask (T, T); or
+        with `positions` = (rows, index) the one at index[b] of each prompt b, with its row of
+        the mask (B, 1, T)."""
+        if positions is None:
+            return None, causal_mask(T)
+        return positions, causal_mask(T)[positions[1]][:, None]
 
     @staticmethod
     def _scatter(values, positions, shape):
@@ -236,9 +250,9 @@ class EdgeGraph:
             dx = self._scatter(dx, tr.positions, tr.shape)
         grads["logits"] = dx
         send("logits")
-        mask = causal_mask(T)
         for L in reversed(range(cfg.n_layers)):
             b = f"blocks.{L}."
+            at, mask = self._queries(tr.positions if L == cfg.n_layers - 1 else None, T)
             if self.mlp[L]:
                 saved = tr.saved[f"m{L}"]
                 only_there = tr.positions is not None and L == cfg.n_layers - 1
@@ -255,10 +269,11 @@ class EdgeGraph:
             for h in reversed(range(cfg.n_heads)):
                 head = f"a{L}.{h}"
                 saved = tr.saved[head]
+                dy = dout[head] if at is None else dout[head][:, at[0], at[1]][:, :, None]
                 if cfg.attn_out:
-                    dz = dout[head] @ t[b + "attn.W_O"][h].T
+                    dz = dy @ t[b + "attn.W_O"][h].T
                 else:
-                    dz = dout[head][..., h * dh:(h + 1) * dh]
+                    dz = dy[..., h * dh:(h + 1) * dh]
                 q, k, v, pattern = saved["q"], saved["k"], saved["v"], saved["pattern"]
                 dpattern = dz @ v.swapaxes(-1, -2)
                 dv = pattern.swapaxes(-1, -2) @ dz
@@ -269,6 +284,8 @@ class EdgeGraph:
                     if cfg.normalization == "pre_ln":
                         x_hat, scale, _ = saved["ln_" + kind]
                         dx = _ln_backward(dx, x_hat, scale, t[b + "ln1.w"])
+                    if kind == "q" and at is not None:
+                        dx = self._scatter(dx[:, :, 0], at, tr.shape)
                     grads[f"{head}.{kind}"] = dx
                     send(f"{head}.{kind}")
         return grads, dmask
