@@ -30,10 +30,12 @@ TransformerLens):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from ..config import ModelConfig
+from ..readout.probs import log_softmax
 from ..transformer import Transformer
 
 BASELINE_DRAWS = 200
@@ -116,6 +118,7 @@ def composition_matrices(cfg: ModelConfig, t: dict) -> dict[str, np.ndarray]:
     return out
 
 
+@lru_cache(maxsize=16)   # the same for every checkpoint of a run (the page reads ~30)
 def composition_baseline(cfg: ModelConfig, draws: int = BASELINE_DRAWS, seed: int = 0) -> float:
     """The mean Q-, K- and V-composition of random Gaussian heads with this model's shapes
     (W_O the block identity when the model has none)."""
@@ -203,9 +206,7 @@ def head_scores(model: Transformer) -> HeadScores:
 def window_losses(model: Transformer, inputs: np.ndarray, targets: np.ndarray):
     """(loss, in-context loss) in nats over windows: the mean next-token loss, and the mean
     loss on the last quarter of the positions minus the first quarter."""
-    logits = model(inputs)
-    logits = logits - logits.max(-1, keepdims=True)
-    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    logp = log_softmax(model(inputs))
     nll = -np.take_along_axis(logp, targets[..., None], -1)[..., 0]          # (B, T)
     quarter = max(1, inputs.shape[1] // 4)
     return float(nll.mean()), float(nll[:, -quarter:].mean() - nll[:, :quarter].mean())
