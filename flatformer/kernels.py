@@ -111,6 +111,15 @@ if numba is not None:
         return types.float64(types.int64), lambda context, builder, sig, args: \
             builder.bitcast(args[0], ir.DoubleType())
 
+    @intrinsic
+    def fma(typingctx, a, b, c):
+        """a * b + c rounded once (llvm.fma: the hardware's instruction where there is one,
+        else exact in software, so the result never depends on the machine)."""
+        if not a == b == c == types.float64:
+            return None
+        return types.float64(types.float64, types.float64, types.float64), \
+            lambda context, builder, sig, args: builder.fma(*args)
+
     LOG2E, LN2_HI, LN2_LO = 1.4426950408889634, 6.93147180369123816490e-01, \
         1.90821492927058770002e-10
     ROUND = 6755399441055744.0   # 1.5 * 2^52: adding and subtracting it rounds to an integer
@@ -120,17 +129,20 @@ if numba is not None:
         """e^x for x <= 0 (here: a value minus its row's maximum) within one unit in the last
         place of math.exp, in arithmetic the compiler can run in vector lanes (a call to the C
         library's exp cannot be): x = k ln 2 + r, |r| <= ln 2 / 2, e^r by its Taylor series to
-        r^13 (the next term is below 1e-17), 2^k from the exponent bits. Below -708 (a
-        subnormal result) it gives 0; NaN stays NaN."""
+        r^13 (the next term is below 1e-17) in Horner's scheme of fused multiply-adds (half the
+        instructions of separate ones), 2^k from the exponent bits. Below -708 (a subnormal
+        result) it gives 0; NaN stays NaN."""
         y = max(x, -708.0)
         k = (y * LOG2E + ROUND) - ROUND
-        r = (y - k * LN2_HI) - k * LN2_LO
-        e = (((1.0 / 6227020800.0 * r + 1.0 / 479001600.0) * r + 1.0 / 39916800.0) * r
-             + 1.0 / 3628800.0) * r + 1.0 / 362880.0   # Horner's scheme, 1 / 13! first
-        e = (((e * r + 1.0 / 40320.0) * r + 1.0 / 5040.0) * r + 1.0 / 720.0) * r + 1.0 / 120.0
-        e = (((e * r + 1.0 / 24.0) * r + 1.0 / 6.0) * r + 0.5) * r + 1.0
-        e = (e * r + 1.0) * as_float((np.int64(k) + 1023) << 52)
-        return e if x >= -708.0 else (x if x != x else 0.0)
+        r = fma(-k, LN2_LO, fma(-k, LN2_HI, y))
+        e = fma(fma(fma(1.0 / 6227020800.0, r, 1.0 / 479001600.0), r, 1.0 / 39916800.0), r,
+                1.0 / 3628800.0)   # 1 / 13!, 1 / 12!, ...
+        e = fma(fma(fma(fma(e, r, 1.0 / 362880.0), r, 1.0 / 40320.0), r, 1.0 / 5040.0), r,
+                1.0 / 720.0)
+        e = fma(fma(fma(fma(e, r, 1.0 / 120.0), r, 1.0 / 24.0), r, 1.0 / 6.0), r, 0.5)
+        e = fma(fma(e, r, 1.0), r, 1.0)
+        return e * as_float((np.int64(k) + 1023) << 52) if x >= -708.0 else \
+            (x if x != x else 0.0)
 
     @njit(**FAST)
     def dot(a, b):
@@ -196,6 +208,14 @@ if numba is not None:
                 out[o, j] += c
 
     @njit(**EXACT)
+    def copy(x, out):
+        """out[:] = x for 2-D arrays, in a loop: numba's slice assignment allocates a temporary
+        when the two might overlap, which costs more than the copy at these sizes."""
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                out[i, j] = x[i, j]
+
+    @njit(**EXACT)
     def add_to(out, x):
         """out += x for 2-D arrays, in place."""
         for i in range(out.shape[0]):
@@ -242,80 +262,132 @@ if numba is not None:
                 dx[i, n] = (dy[i, n] * p[w + i] - m1 - xhat[i, n] * m2) / scale[n]
 
     @njit(inline="always", **EXACT)
-    def attend(q, k, v, h, dh, inv, src, t, row, z, col):
-        """Head h's causal softmax attention for the query at column src + t of q, over the
-        keys src .. src + t: its pattern into row[:t + 1], its output into z[:, col]."""
-        top = -np.inf
-        for u in range(t + 1):
+    def attend(q, k, v, h, dh, inv, n, t, row, z, col):
+        """Head h's causal softmax attention for the query at column n of q, the t-th of its
+        window, over the keys n - e for e = 0..t: its pattern into row[:t + 1], its output into
+        z[:, col]. Operation for operation what `attention` computes for each column in vector
+        lanes (where the keys past a window's start add exact zeros)."""
+        for e in range(t + 1):
             s = 0.0
             for j in range(dh):
-                s += q[h * dh + j, src + t] * k[h * dh + j, src + u]
-            s *= inv
-            row[u] = s
-            if s > top:
-                top = s
+                s += q[h * dh + j, n] * k[h * dh + j, n - e]
+            row[e] = s * inv
+        top = row[0]
+        for e in range(1, t + 1):
+            if row[e] > top:
+                top = row[e]
         norm = 0.0
-        for u in range(t + 1):   # a few exponentials: the C library's is quicker
-            e = math.exp(row[u] - top)
-            row[u] = e
-            norm += e
-        for u in range(t + 1):
-            row[u] /= norm
+        for e in range(t + 1):
+            row[e] = exp(row[e] - top)
+            norm += row[e]
+        scale = 1.0 / norm
+        for e in range(t + 1):
+            row[e] *= scale
         for j in range(dh):
             acc = 0.0
-            for u in range(t + 1):
-                acc += row[u] * v[h * dh + j, src + u]
+            for e in range(t + 1):
+                acc += row[e] * v[h * dh + j, n - e]
             z[h * dh + j, col] = acc
 
     @njit(**EXACT)
-    def attention(q, k, v, pat, z, B, T, H, dh):
-        """Causal softmax attention per sequence and head; q, k, v, z are (H * dh, N)."""
+    def attention(q, k, v, pat, z, H, dh, rows):
+        """Causal softmax attention per window and head; q, k, v, z are (H * dh, N). The
+        pattern pat (H, T, N) holds at [h, e, n] the weight of key n - e for the query n (0
+        where e reaches past the window's start), so that every loop runs along the positions,
+        in vector lanes. rows: (4, N) of scratch, rows[3] each position's index in its window."""
+        T, N = pat.shape[1], pat.shape[2]
         inv = 1.0 / math.sqrt(dh)
-        for b in range(B):
-            base = b * T
-            for h in range(H):
-                for t in range(T):
-                    attend(q, k, v, h, dh, inv, base, t, pat[b, h, t], z, base + t)
-                    for u in range(t + 1, T):
-                        pat[b, h, t, u] = 0.0
+        top, norm, pos = rows[0], rows[1], rows[3]
+        for h in range(H):
+            for e in range(T):
+                row = pat[h, e]
+                row[:] = 0.0
+                for j in range(dh):   # through views: k[j, n - e] would not vectorize (a
+                    rs, qs, ks = row[e:], q[h * dh + j, e:], k[h * dh + j, :N - e]   # negative
+                    for n in range(N - e):                 # index wraps around, a select per n)
+                        rs[n] += qs[n] * ks[n]
+                for n in range(N):
+                    row[n] = row[n] * inv if pos[n] >= e else -np.inf
+            for n in range(N):
+                top[n] = pat[h, 0, n]
+            for e in range(1, T):
+                row = pat[h, e]
+                for n in range(N):
+                    top[n] = row[n] if row[n] > top[n] else top[n]
+            norm[:] = 0.0
+            for e in range(T):
+                row = pat[h, e]
+                for n in range(N):
+                    row[n] = exp(row[n] - top[n])   # exp(-inf) = 0 past the window's start
+                    norm[n] += row[n]
+            for n in range(N):
+                norm[n] = 1.0 / norm[n]
+            for e in range(T):
+                row = pat[h, e]
+                for n in range(N):
+                    row[n] *= norm[n]
+            for j in range(dh):
+                zj, vj = z[h * dh + j], v[h * dh + j]
+                zj[:] = 0.0
+                for e in range(T):
+                    zs, ps, vs = zj[e:], pat[h, e, e:], vj[:N - e]
+                    for n in range(N - e):
+                        zs[n] += ps[n] * vs[n]
 
     @njit(**EXACT)
-    def attention_back(q, k, v, pat, dz, dq, dk, dv, dpat, B, T, H, dh):
+    def attention_back(q, k, v, pat, dz, dq, dk, dv, dpat, H, dh, rows):
+        """Through `attention`: dq, dk, dv from dz, all (H * dh, N); dpat (T, N) and rows (4,
+        N) of scratch. Every loop runs along the positions (key n - e of the query n)."""
+        T, N = pat.shape[1], pat.shape[2]
         inv = 1.0 / math.sqrt(dh)
+        mix = rows[0]
         dk[:] = 0.0
         dv[:] = 0.0
-        for b in range(B):
-            base = b * T
-            for h in range(H):
-                for t in range(T):
-                    mix = 0.0
-                    for u in range(t + 1):
-                        s = 0.0
-                        for j in range(dh):
-                            s += dz[h * dh + j, base + t] * v[h * dh + j, base + u]
-                            dv[h * dh + j, base + u] += pat[b, h, t, u] * dz[h * dh + j, base + t]
-                        dpat[u] = s
-                        mix += s * pat[b, h, t, u]
-                    for j in range(dh):
-                        dq[h * dh + j, base + t] = 0.0
-                    for u in range(t + 1):
-                        ds = pat[b, h, t, u] * (dpat[u] - mix) * inv
-                        for j in range(dh):
-                            dq[h * dh + j, base + t] += ds * k[h * dh + j, base + u]
-                            dk[h * dh + j, base + u] += ds * q[h * dh + j, base + t]
+        for h in range(H):
+            for e in range(T):   # dloss/dpattern
+                dpat[e] = 0.0
+                for j in range(dh):
+                    ds, dzs, vs = dpat[e, e:], dz[h * dh + j, e:], v[h * dh + j, :N - e]
+                    for n in range(N - e):
+                        ds[n] += dzs[n] * vs[n]
+            mix[:] = 0.0
+            for e in range(T):
+                row, drow = pat[h, e], dpat[e]
+                for n in range(N):
+                    mix[n] += drow[n] * row[n]
+            for e in range(T):   # dloss/dscore, in place
+                row, drow = pat[h, e], dpat[e]
+                for n in range(N):
+                    drow[n] = row[n] * (drow[n] - mix[n]) * inv
+            for j in range(dh):
+                qj, kj, dzj = q[h * dh + j], k[h * dh + j], dz[h * dh + j]
+                dqj, dkj, dvj = dq[h * dh + j], dk[h * dh + j], dv[h * dh + j]
+                dqj[:] = 0.0
+                for e in range(T):
+                    ps, ds, qs, dzs, dqs = pat[h, e, e:], dpat[e, e:], qj[e:], dzj[e:], dqj[e:]
+                    ks, dks, dvs = kj[:N - e], dkj[:N - e], dvj[:N - e]
+                    for n in range(N - e):
+                        dvs[n] += ps[n] * dzs[n]
+                        dqs[n] += ds[n] * ks[n]
+                        dks[n] += ds[n] * qs[n]
 
     @njit(**EXACT)
     def buffers(dims, L, B, T):
-        """One seed's activations and gradients of activations, reused by every step."""
+        """One seed's activations and gradients of activations, reused by every step. The last,
+        (4, N), is per-position scratch for the softmaxes (attention's, then the loss's), its
+        row 3 each position's index in its window."""
         d, H, dh, m, V = dims[0], dims[1], dims[2], dims[3], dims[4]
         N, hd = B * T, dims[1] * dims[2]
+        rows = np.empty((4, N))
+        for n in range(N):
+            rows[3, n] = n % T
         return (np.empty((L + 1, d, N)), np.empty((L, d, N)), np.empty((L, d, N)),
                 np.empty((L, d, N)), np.empty((L, d, N)), np.empty((L, N)),
                 np.empty((L, d, N)), np.empty((L, N)), np.empty((L, 3, hd, N)),
-                np.empty((L, B, H, T, T)), np.empty((L, hd, N)), np.empty((L, m, N)),
+                np.empty((L, H, T, N)), np.empty((L, hd, N)), np.empty((L, m, N)),
                 np.empty((L, m, N)), np.empty((V, N)), np.empty((d, N)), np.empty((d, N)),
-                np.empty((hd, N)), np.empty((3, hd, N)), np.empty((m, N)), np.empty(T),
-                np.empty((d, N)), np.empty(N), np.empty((d, N)), np.empty((3, N)))
+                np.empty((hd, N)), np.empty((3, hd, N)), np.empty((m, N)), np.empty((T, N)),
+                np.empty((d, N)), np.empty(N), np.empty((d, N)), rows)
 
     @njit(**EXACT)
     def mlp_forward(p, o, gelu, x, h2, s2, m_in, pre, post, out):
@@ -336,7 +408,7 @@ if numba is not None:
             else:
                 for n in range(N):
                     post[c, n] = pre[c, n] if pre[c, n] > 0.0 else 0.0
-        out[:] = x
+        copy(x, out)
         linear(p, o[WOUT], m, d, post, out, 0, d, True)
         add_bias(p, o[BOUT], d, out)
 
@@ -377,14 +449,14 @@ if numba is not None:
                     add_bias(p, o[BQ + r], hd, qkv[l, r])
             if l == L - 1 and not whole:
                 return
-            attention(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], z[l], B, T, H, dh)
-            mid[l][:] = res[l]
+            attention(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], z[l], H, dh, bufs[23])
+            copy(res[l], mid[l])
             if o[WO] >= 0:
                 linear(p, o[WO], hd, d, z[l], mid[l], 0, d, True)
             else:
                 add_to(mid[l], z[l])
             if o[WIN] < 0:   # attention-only block
-                res[l + 1][:] = mid[l]
+                copy(mid[l], res[l + 1])
             else:
                 mlp_forward(p, o, gelu, mid[l], h2[l], s2[l], m_in[l], pre[l], post[l],
                             res[l + 1])
@@ -402,7 +474,7 @@ if numba is not None:
         inv = 1.0 / math.sqrt(dh)
         for b in range(B):
             for h in range(H):
-                attend(q, k, v, h, dh, inv, b * T, at[b], row, z, b)
+                attend(q, k, v, h, dh, inv, b * T + at[b], at[b], row, z, b)
 
     @njit(**EXACT)
     def forward_at(p, tok, at, glob, lay, dims, B, T, bufs, one):
@@ -414,7 +486,7 @@ if numba is not None:
         L, H, dh, gelu = lay.shape[0], dims[1], dims[2], dims[6]
         o, qkv, res = lay[L - 1], bufs[8][L - 1], bufs[0][L - 1]
         z, at_mid, out = one[10][0], one[1][0], one[0][1]
-        attention_at(qkv[0], qkv[1], qkv[2], at, z, B, T, H, dh, bufs[19])
+        attention_at(qkv[0], qkv[1], qkv[2], at, z, B, T, H, dh, bufs[19][0])
         for i in range(res.shape[0]):
             for b in range(B):
                 at_mid[i, b] = res[i, b * T + at[b]]
@@ -423,7 +495,7 @@ if numba is not None:
         else:
             add_to(at_mid, z)
         if o[WIN] < 0:
-            out[:] = at_mid
+            copy(at_mid, out)
         else:
             mlp_forward(p, o, gelu, at_mid, one[6][0], one[7][0], one[3][0], one[11][0],
                         one[12][0], out)
@@ -435,7 +507,8 @@ if numba is not None:
         overwritten by exp(logits - top), norm[n] their sum (in the order of v, as the NumPy
         engine); every loop runs along the positions, in vector lanes."""
         V = logits.shape[0]
-        top[:] = logits[0]
+        for n in range(top.shape[0]):
+            top[n] = logits[0, n]
         for v in range(1, V):
             for n in range(top.shape[0]):
                 top[n] = max(top[n], logits[v, n])
@@ -510,7 +583,7 @@ if numba is not None:
     def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
         """Gradient of the loss into g, given dloss/dlogits in bufs[13] after forward_seed."""
         (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, dlogits,
-         dres, dmid, dz, dqkv, dpre, dpat, hf, sf, final, _) = bufs
+         dres, dmid, dz, dqkv, dpre, dpat, hf, sf, final, rows) = bufs
         d, H, dh, m, V, n_ctx, gelu = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6]
         L, N, hd = lay.shape[0], B * T, dims[1] * dims[2]
         WE, WPOS, WU, BU, LNFW, LNFB = glob[0], glob[1], glob[2], glob[3], glob[4], glob[5]
@@ -532,9 +605,9 @@ if numba is not None:
                 dz[:] = 0.0
                 linear_back_x(p, o[WO], hd, d, dres, 0, d, dz)
             else:
-                dz[:] = dres
+                copy(dres, dz)
             attention_back(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], dz, dqkv[0], dqkv[1],
-                           dqkv[2], dpat, B, T, H, dh)
+                           dqkv[2], dpat, H, dh, rows)
             x = a_in[l] if o[LN1W] >= 0 else res[l]
             dmid[:] = 0.0
             for r in range(3):

@@ -1,5 +1,6 @@
 """The compiled fast path (kernels.py) against the NumPy reference engine (model.py)."""
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -155,3 +156,12 @@ def test_windows_built_in_the_kernel_equal_the_corpus_windows(drop_unseen):
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     assert 0 < want[2].sum() < want[2].size
+
+
+def test_the_vector_lanes_exp_is_within_one_unit_in_the_last_place_of_the_c_librarys():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([-rng.random(20_000) * 708, -rng.random(20_000), [0.0, -708.0, -5e-324]])
+    got = np.array([kernels.exp(v) for v in x])
+    want = np.array([math.exp(v) for v in x])
+    assert np.all(np.abs(got - want) <= np.spacing(want))
+    assert kernels.exp(-708.5) == kernels.exp(-np.inf) == 0.0 and np.isnan(kernels.exp(np.nan))
