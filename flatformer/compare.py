@@ -531,7 +531,7 @@ def grokking_seeds(c: Comparison) -> list[dict] | None:
     for seed, model in zip(c.seeds, c.models):
         params = Params.stack(c.cfg, [model.tensors])
         logits = G.pair_logits(params, p)[0]
-        rows.append({"seed": seed, "key_frequencies": G.key_frequencies(logits, p),
+        rows.append({"seed": seed, "key_frequencies": G.key_frequencies(model.tensors, p),
                      **G.algorithm(params, logits, p)})
     return rows
 

@@ -113,7 +113,6 @@ def test_restricted_and_excluded_loss_on_logits_with_known_components():
     a, b = np.divmod(np.arange(P * P), P)
     target = (a + b) % P
     clock = clock_logits([2, 5])
-    assert G.key_frequencies(clock, P) == [2, 5]
     # Parts the restriction removes: waves in a alone and in a - b, and an offset per output.
     other = (1.3 * wave(4, a)[:, None] * np.linspace(-1, 1, P + 1)
              + 0.8 * wave(1, a - b)[:, None] + np.arange(P + 1) * 0.1)
@@ -125,9 +124,37 @@ def test_restricted_and_excluded_loss_on_logits_with_known_components():
     np.testing.assert_allclose(G.excluded_logits(clock + other, P, [2, 5]), other, atol=1e-10)
     # Removing a frequency the logits do not use changes nothing.
     np.testing.assert_allclose(G.excluded_logits(clock, P, [3]), clock, atol=1e-10)
-    # The key frequencies of a noisy clock are still its own.
-    noise = np.random.default_rng(0).normal(0, 0.3, clock.shape)
-    assert G.key_frequencies(clock + noise, P) == [2, 5]
+
+
+def test_key_frequencies_are_read_off_the_neuron_logit_map():
+    """W_L = W_out W_U built to hold frequencies 2, 3, 5 and 1 with 50%, 30%, 15% and 5% of its
+    energy, besides a large constant (ignored, as softmax ignores it) and an `=` column: the
+    key frequencies are the fewest holding 90%, whatever the embedding holds."""
+    cfg = preset("grokking-1l", P + 1, d_model=8, d_head=2, d_mlp=8)
+    weights = {name: view[0].copy() for name, view in
+               init_params(cfg, [np.random.default_rng(0)]).views.items()}
+    c = np.arange(P)
+    shares = {2: 0.5, 3: 0.3, 5: 0.15, 1: 0.05}
+    # two neurons per frequency, a quarter turn apart: energy 2 A^2 p / 2 = A^2 p
+    rows = [np.sqrt(share) * wave(k, c, phase) for k, share in shares.items()
+            for phase in (0.3, 0.3 + np.pi / 2)]
+    W_L = np.array(rows) + 3.0
+    mix = np.linalg.qr(np.random.default_rng(1).normal(size=(8, 8)))[0]
+    weights["blocks.0.mlp.W_out"] = mix
+    weights["unembed.W_U"][:, :P] = mix.T @ W_L
+    weights["embed.W_E"][:P] = np.outer(wave(4, c), np.ones(8))     # the embedding holds only 4
+    np.testing.assert_allclose(G.neuron_logit_map(weights, P), W_L, atol=1e-12)
+    want = np.zeros(P // 2 + 1)
+    want[0] = 9 * 8 * P
+    for k, share in shares.items():
+        want[k] = share * P
+    np.testing.assert_allclose(G.spectrum(W_L.T) ** 2, want, atol=1e-9)
+    assert G.key_frequencies(weights, P) == [2, 3, 5]
+    assert G.key_frequencies(weights, P, share=0.75) == [2, 3]
+    assert G.key_frequencies(weights, P, share=0.97) == [1, 2, 3, 5]
+    # without an MLP, the logits are read through W_U alone
+    no_mlp = {name: w for name, w in weights.items() if ".mlp." not in name}
+    np.testing.assert_allclose(G.neuron_logit_map(no_mlp, P), mix.T @ W_L, atol=1e-12)
 
 
 def test_distance_irrelevance_tells_the_pizza_from_the_clock():
@@ -205,7 +232,7 @@ def test_compare_reports_each_seeds_key_frequencies_and_algorithm(grokking_seeds
         run = load_run(grokking_seeds / f"seed_{row['seed']}")
         params = Params.stack(run.cfg, [run.weights()])
         logits = G.pair_logits(params, P)[0]
-        assert row["key_frequencies"] == G.key_frequencies(logits, P)
+        assert row["key_frequencies"] == G.key_frequencies(run.weights(), P)
         assert row["distance_irrelevance"] == pytest.approx(G.distance_irrelevance(logits, P))
         assert row["name"] == "none"     # memorised, not generalised: no algorithm is named
 

@@ -195,11 +195,9 @@ def key_phase(run: Run, p: int) -> dict:
     last checkpoint's strongest key frequency (analysis.grokking), one colour per number that
     stays the same while the slider replays training."""
     from ..analysis import grokking as G
-    from ..model import Params
     weights = run.weights()
-    logits = G.pair_logits(Params.stack(run.cfg, [weights]), p)[0]
     embed = weights["embed.W_E"][:p]
-    keys = G.key_frequencies(logits, p)
+    keys = G.key_frequencies(weights, p)
     k = max(keys, key=lambda f: G.spectrum(embed)[f])
     return {"frequency": int(k), "key_frequencies": keys,
             "phase": (G.phases_of(embed, k) / (2 * np.pi)).tolist()}

@@ -438,14 +438,12 @@ class SpectrumMovie(Scene):
 
     def __init__(self, geo):
         from ..analysis import grokking as G
-        from ..model import Params
         super().__init__(geo)
         p = geo.task.p
         embeds = [m.tensors["embed.W_E"][:p] for m in self.ck.models]
         self.norms = np.array([G.spectrum(w) for w in embeds])
         final = self.ck.models[-1]
-        logits = G.pair_logits(Params.stack(final.cfg, [final.tensors]), p)[0]
-        self.keys = G.key_frequencies(logits, p)
+        self.keys = G.key_frequencies(final.tensors, p)
         self.top = max(self.keys, key=lambda k: self.norms[-1, k])
         plane = G.frequency_plane(embeds[-1], self.top)
         self.points = np.stack([(w - w.mean(0)) @ plane for w in embeds])
