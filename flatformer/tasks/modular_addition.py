@@ -28,7 +28,8 @@ class ModularAddition(MarkerTask):
     passed 3% held-out accuracy by step 3,500 (an eager-PyTorch replica and this engine; seed 0
     was still at 2.7% after 6,000 float32 steps), too slow for a two-minute run; 35% gave 3.7%
     and 40% 15.5% at step 2,500. With 50% (the `grokking` recipe, float32) seeds 0-4 memorised
-    by step 200-400 and passed 99% held out at steps 1,000-2,000 (bench/grokking.py).
+    by step 200-400 and passed 99% held out at steps 1,000-2,000 (bench/grokking.py); seed 0
+    ends with a held-out error of 0.1% at step 4,000.
     """
 
     name = "modular-addition"
@@ -37,7 +38,7 @@ class ModularAddition(MarkerTask):
     default_recipe = "grokking"
     answer_only = True
     settings = {"p": 53, "train_fraction": 0.5}
-    measured = "0.0% at step 4,000 (seed 0)"
+    measured = "0.1% at step 4,000 (seed 0)"
     measured_error = None
 
     def __init__(self, p: int = 53, train_fraction: float = 0.5):
