@@ -12,7 +12,7 @@ depend on how many threads ran or which seeds ran beside it.
 Activations are stored feature-major, (features, N) with the N = B * T positions innermost:
 every matrix product becomes contiguous multiply-adds over 64 positions, which fills the
 vector lanes even at d_model 2. Weight gradients are dot products over positions, written
-with a reassociating reduction (`dot`) so that it vectorizes; its order is fixed by the
+with reassociating reductions (`linear_back_w`, `dot`) so that they vectorize; its order is fixed by the
 compiled code, so reruns are byte-identical.
 
 Covered: any number of layers, heads and sizes, ReLU or GELU (tanh), pre-LayerNorm or none,
@@ -158,54 +158,110 @@ if numba is not None:
             acc += a[i]
         return acc
 
+    NO_ROWS = np.empty((0, 0))   # linear's base for sums from 0, linear_back_x's mask for none
+
     @njit(**EXACT)
-    def linear(p, w, n_in, n_out, x, out, col0, stride, accumulate):
-        """out[col0 + o] (+)= sum_i W[i, o] x[i] over positions, with W[i, o] at
-        p[w + i * stride + o] (stride lets one head's block of W_Q be read in place)."""
+    def linear(p, w, n_in, n_out, x, out, col0, stride, base, bias, relu):
+        """out[col0 + o] = base[col0 + o] + sum_i W[i, o] x[i] + b[o] over positions, after a
+        ReLU with `relu`: W[i, o] at p[w + i * stride + o] (stride lets one head's block of W_Q
+        be read in place), b[o] at p[bias + o] (bias -1: none), base NO_ROWS for 0. Two inputs
+        per pass over the row (an odd one first), the bias and ReLU in the last: at these sizes
+        a pass costs more than its arithmetic. Rows are indexed, not taken as views (arrays
+        handed to a helper per row cost reference counting that outweighed the pass)."""
         N = x.shape[1]
         for o in range(n_out):
-            row = out[col0 + o]
-            if not accumulate:
-                row[:] = 0.0
-            for i in range(0, n_in - 1, 2):   # two inputs per pass over the row, same sums
+            r = col0 + o
+            if base.shape[0]:
+                for n in range(N):
+                    out[r, n] = base[r, n]
+            else:
+                out[r] = 0.0
+            i = n_in % 2
+            if i:
+                c = p[w + o]
+                for n in range(N):
+                    out[r, n] += c * x[0, n]
+            while i + 2 < n_in:
                 c0, c1 = p[w + i * stride + o], p[w + (i + 1) * stride + o]
-                x0, x1 = x[i], x[i + 1]
                 for n in range(N):
-                    row[n] = (row[n] + c0 * x0[n]) + c1 * x1[n]
-            if n_in % 2:
-                c, xi = p[w + (n_in - 1) * stride + o], x[n_in - 1]
+                    out[r, n] = (out[r, n] + c0 * x[i, n]) + c1 * x[i + 1, n]
+                i += 2
+            b = p[bias + o] if bias >= 0 else 0.0
+            if i < n_in:   # the last pass: the last two inputs, the bias, the ReLU
+                c0, c1 = p[w + i * stride + o], p[w + (i + 1) * stride + o]
+                if relu:
+                    for n in range(N):
+                        a = ((out[r, n] + c0 * x[i, n]) + c1 * x[i + 1, n]) + b
+                        out[r, n] = a if a > 0.0 else 0.0
+                else:
+                    for n in range(N):
+                        out[r, n] = ((out[r, n] + c0 * x[i, n]) + c1 * x[i + 1, n]) + b
+            elif relu:   # one input in all
                 for n in range(N):
-                    row[n] += c * xi[n]
+                    a = out[r, n] + b
+                    out[r, n] = a if a > 0.0 else 0.0
+            else:
+                for n in range(N):
+                    out[r, n] += b
 
     @njit(**EXACT)
-    def linear_back_x(p, w, n_in, n_out, dout, col0, stride, dx):
-        """dx[i] += sum_o W[i, o] dout[col0 + o]."""
+    def linear_back_x(p, w, n_in, n_out, dout, col0, stride, dx, relu_of):
+        """dx[i] += sum_o W[i, o] dout[col0 + o], kept only where relu_of[i] > 0 (relu_of
+        NO_ROWS: everywhere). Two outputs per pass over the row, the mask in the last."""
         N = dout.shape[1]
+        mask = relu_of.shape[0] > 0
         for i in range(n_in):
-            row = dx[i]
-            for o in range(0, n_out - 1, 2):   # two outputs per pass over the row, same sums
+            o = n_out % 2
+            if o:
+                c = p[w + i * stride]
+                for n in range(N):
+                    dx[i, n] += c * dout[col0, n]
+            while o + 2 < n_out:
                 c0, c1 = p[w + i * stride + o], p[w + i * stride + o + 1]
-                d0, d1 = dout[col0 + o], dout[col0 + o + 1]
                 for n in range(N):
-                    row[n] = (row[n] + c0 * d0[n]) + c1 * d1[n]
-            if n_out % 2:
-                c, do = p[w + i * stride + n_out - 1], dout[col0 + n_out - 1]
+                    dx[i, n] = (dx[i, n] + c0 * dout[col0 + o, n]) + c1 * dout[col0 + o + 1, n]
+                o += 2
+            c0 = p[w + i * stride + o] if o < n_out else 0.0
+            c1 = p[w + i * stride + o + 1] if o < n_out else 0.0
+            if o == n_out:   # one output in all
+                if mask:
+                    for n in range(N):
+                        dx[i, n] = dx[i, n] if relu_of[i, n] > 0.0 else 0.0
+            elif mask:
                 for n in range(N):
-                    row[n] += c * do[n]
+                    a = (dx[i, n] + c0 * dout[col0 + o, n]) + c1 * dout[col0 + o + 1, n]
+                    dx[i, n] = a if relu_of[i, n] > 0.0 else 0.0
+            else:
+                for n in range(N):
+                    dx[i, n] = (dx[i, n] + c0 * dout[col0 + o, n]) + c1 * dout[col0 + o + 1, n]
 
-    @njit(**EXACT)
-    def linear_back_w(g, w, n_in, n_out, x, dout, col0, stride):
-        """dW[i, o] = sum_n x[i, n] dout[col0 + o, n]."""
-        for i in range(n_in):
+    @njit(**FAST)
+    def linear_back_w(g, w, n_in, n_out, x, dout, col0, stride, bias):
+        """dW[i, o] = sum_n x[i, n] dout[col0 + o, n], and with bias >= 0 db[o] = sum_n
+        dout[col0 + o, n] at g[bias + o]: two inputs and the bias sum in one pass over the
+        rows (reductions that reassociate, so that they vectorize)."""
+        N = x.shape[1]
+        i = n_in % 2
+        if i:
             for o in range(n_out):
-                g[w + i * stride + o] = dot(x[i], dout[col0 + o])
-
-    @njit(**EXACT)
-    def add_bias(p, b, n, out):
-        for o in range(n):   # loops, not out[o] += ...: numba's array expression allocates
-            c = p[b + o]
-            for j in range(out.shape[1]):
-                out[o, j] += c
+                acc, acc_b = 0.0, 0.0
+                for n in range(N):
+                    acc += x[0, n] * dout[col0 + o, n]
+                    acc_b += dout[col0 + o, n]
+                g[w + o] = acc
+                if bias >= 0:
+                    g[bias + o] = acc_b
+        for i in range(i, n_in, 2):
+            for o in range(n_out):
+                acc0, acc1, acc_b = 0.0, 0.0, 0.0
+                for n in range(N):
+                    acc0 += x[i, n] * dout[col0 + o, n]
+                    acc1 += x[i + 1, n] * dout[col0 + o, n]
+                    acc_b += dout[col0 + o, n]
+                g[w + i * stride + o] = acc0
+                g[w + (i + 1) * stride + o] = acc1
+                if bias >= 0 and i == 0:
+                    g[bias + o] = acc_b
 
     @njit(**EXACT)
     def copy(x, out):
@@ -398,19 +454,15 @@ if numba is not None:
         if o[LN2W] >= 0:
             layer_norm(p, o[LN2W], o[LN2B], x, h2, s2, m_in)
             y = m_in
-        linear(p, o[WIN], d, m, y, pre, 0, m, False)
-        add_bias(p, o[BIN], m, pre)
-        for c in range(m):   # the activation chosen outside the loop, so that it vectorizes
-            if gelu:
+        if gelu:
+            linear(p, o[WIN], d, m, y, pre, 0, m, NO_ROWS, o[BIN], False)
+            for c in range(m):
                 for n in range(N):
                     a = pre[c, n]
                     post[c, n] = 0.5 * a * (1.0 + math.tanh(GELU_C * (a + 0.044715 * a * a * a)))
-            else:
-                for n in range(N):
-                    post[c, n] = pre[c, n] if pre[c, n] > 0.0 else 0.0
-        copy(x, out)
-        linear(p, o[WOUT], m, d, post, out, 0, d, True)
-        add_bias(p, o[BOUT], d, out)
+        else:   # ReLU: post > 0 wherever pre > 0, all the backward pass needs of pre
+            linear(p, o[WIN], d, m, y, post, 0, m, NO_ROWS, o[BIN], True)
+        linear(p, o[WOUT], m, d, post, out, 0, d, x, o[BOUT], False)
 
     @njit(**EXACT)
     def unembed_forward(p, glob, x, hf, sf, final, logits):
@@ -419,9 +471,7 @@ if numba is not None:
         if glob[4] >= 0:
             layer_norm(p, glob[4], glob[5], x, hf, sf, final)
             x = final
-        linear(p, glob[2], d, V, x, logits, 0, V, False)
-        if glob[3] >= 0:
-            add_bias(p, glob[3], V, logits)
+        linear(p, glob[2], d, V, x, logits, 0, V, NO_ROWS, glob[3], False)
 
     @njit(**EXACT)
     def blocks_forward(p, tok, glob, lay, dims, B, T, bufs, whole):
@@ -444,16 +494,15 @@ if numba is not None:
                 x = a_in[l]
             for r in range(3):
                 for h in range(H):
-                    linear(p, o[WQ + r] + h * d * dh, d, dh, x, qkv[l, r], h * dh, dh, False)
-                if o[BQ + r] >= 0:
-                    add_bias(p, o[BQ + r], hd, qkv[l, r])
+                    linear(p, o[WQ + r] + h * d * dh, d, dh, x, qkv[l, r], h * dh, dh, NO_ROWS,
+                           o[BQ + r] + h * dh if o[BQ + r] >= 0 else -1, False)
             if l == L - 1 and not whole:
                 return
             attention(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], z[l], H, dh, bufs[23])
-            copy(res[l], mid[l])
             if o[WO] >= 0:
-                linear(p, o[WO], hd, d, z[l], mid[l], 0, d, True)
+                linear(p, o[WO], hd, d, z[l], mid[l], 0, d, res[l], -1, False)
             else:
+                copy(res[l], mid[l])
                 add_to(mid[l], z[l])
             if o[WIN] < 0:   # attention-only block
                 copy(mid[l], res[l + 1])
@@ -485,14 +534,16 @@ if numba is not None:
         blocks_forward(p, tok, glob, lay, dims, B, T, bufs, False)
         L, H, dh, gelu = lay.shape[0], dims[1], dims[2], dims[6]
         o, qkv, res = lay[L - 1], bufs[8][L - 1], bufs[0][L - 1]
-        z, at_mid, out = one[10][0], one[1][0], one[0][1]
+        z, at_res, at_mid, out = one[10][0], one[0][0], one[1][0], one[0][1]
         attention_at(qkv[0], qkv[1], qkv[2], at, z, B, T, H, dh, bufs[19][0])
         for i in range(res.shape[0]):
             for b in range(B):
-                at_mid[i, b] = res[i, b * T + at[b]]
+                at_res[i, b] = res[i, b * T + at[b]]
         if o[WO] >= 0:
-            linear(p, o[WO], H * dh, res.shape[0], z, at_mid, 0, res.shape[0], True)
+            linear(p, o[WO], H * dh, res.shape[0], z, at_mid, 0, res.shape[0], at_res, -1,
+                   False)
         else:
+            copy(at_res, at_mid)
             add_to(at_mid, z)
         if o[WIN] < 0:
             copy(at_mid, out)
@@ -554,27 +605,20 @@ if numba is not None:
         dloss/dz to dres and writes the MLP's (and ln2's) parameter gradients."""
         d, N = dres.shape
         m = dpre.shape[0]
-        linear_back_w(g, o[WOUT], m, d, post[l], dres, 0, d)
-        for i in range(d):
-            g[o[BOUT] + i] = total(dres[i])
+        linear_back_w(g, o[WOUT], m, d, post[l], dres, 0, d, o[BOUT])
         dpre[:] = 0.0
-        linear_back_x(p, o[WOUT], m, d, dres, 0, d, dpre)
-        for c in range(m):
-            if gelu:
+        linear_back_x(p, o[WOUT], m, d, dres, 0, d, dpre, NO_ROWS if gelu else post[l])
+        if gelu:
+            for c in range(m):
                 for n in range(N):
                     a = pre[l, c, n]
                     th = math.tanh(GELU_C * (a + 0.044715 * a * a * a))
                     dpre[c, n] *= (0.5 * (1.0 + th) + 0.5 * a * (1.0 - th * th) * GELU_C
                                    * (1.0 + 3.0 * 0.044715 * a * a))
-            else:
-                for n in range(N):
-                    dpre[c, n] = 0.0 if pre[l, c, n] <= 0.0 else dpre[c, n]
         x = m_in[l] if o[LN2W] >= 0 else mid[l]
-        linear_back_w(g, o[WIN], d, m, x, dpre, 0, m)
-        for c in range(m):
-            g[o[BIN] + c] = total(dpre[c])
+        linear_back_w(g, o[WIN], d, m, x, dpre, 0, m, o[BIN])
         dmid[:] = 0.0
-        linear_back_x(p, o[WIN], d, m, dpre, 0, m, dmid)
+        linear_back_x(p, o[WIN], d, m, dpre, 0, m, dmid, NO_ROWS)
         if o[LN2W] >= 0:
             layer_norm_back(p, g, o[LN2W], o[LN2B], dmid, h2[l], s2[l], dmid)
         add_to(dres, dmid)
@@ -587,12 +631,9 @@ if numba is not None:
         d, H, dh, m, V, n_ctx, gelu = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6]
         L, N, hd = lay.shape[0], B * T, dims[1] * dims[2]
         WE, WPOS, WU, BU, LNFW, LNFB = glob[0], glob[1], glob[2], glob[3], glob[4], glob[5]
-        linear_back_w(g, WU, d, V, final if LNFW >= 0 else res[L], dlogits, 0, V)
-        if BU >= 0:
-            for v in range(V):
-                g[BU + v] = total(dlogits[v])
+        linear_back_w(g, WU, d, V, final if LNFW >= 0 else res[L], dlogits, 0, V, BU)
         dres[:] = 0.0
-        linear_back_x(p, WU, d, V, dlogits, 0, V, dres)
+        linear_back_x(p, WU, d, V, dlogits, 0, V, dres, NO_ROWS)
         if LNFW >= 0:
             layer_norm_back(p, g, LNFW, LNFB, dres, hf, sf, dres)
         for l in range(L - 1, -1, -1):
@@ -601,9 +642,9 @@ if numba is not None:
                 mlp_back(p, g, o, l, gelu, mid, m_in, h2, s2, pre, post, dres, dmid, dpre)
             # Attention: z = e + concat_h(softmax(q k^T / sqrt(dh)) v) [W_O]
             if o[WO] >= 0:
-                linear_back_w(g, o[WO], hd, d, z[l], dres, 0, d)
+                linear_back_w(g, o[WO], hd, d, z[l], dres, 0, d, -1)
                 dz[:] = 0.0
-                linear_back_x(p, o[WO], hd, d, dres, 0, d, dz)
+                linear_back_x(p, o[WO], hd, d, dres, 0, d, dz, NO_ROWS)
             else:
                 copy(dres, dz)
             attention_back(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], dz, dqkv[0], dqkv[1],
@@ -612,11 +653,10 @@ if numba is not None:
             dmid[:] = 0.0
             for r in range(3):
                 for h in range(H):
-                    linear_back_w(g, o[WQ + r] + h * d * dh, d, dh, x, dqkv[r], h * dh, dh)
-                    linear_back_x(p, o[WQ + r] + h * d * dh, d, dh, dqkv[r], h * dh, dh, dmid)
-                if o[BQ + r] >= 0:
-                    for c in range(hd):
-                        g[o[BQ + r] + c] = total(dqkv[r, c])
+                    linear_back_w(g, o[WQ + r] + h * d * dh, d, dh, x, dqkv[r], h * dh, dh,
+                                  o[BQ + r] + h * dh if o[BQ + r] >= 0 else -1)
+                    linear_back_x(p, o[WQ + r] + h * d * dh, d, dh, dqkv[r], h * dh, dh, dmid,
+                                  NO_ROWS)
             if o[LN1W] >= 0:
                 layer_norm_back(p, g, o[LN1W], o[LN1B], dmid, h1[l], s1[l], dmid)
             add_to(dres, dmid)
