@@ -12,8 +12,8 @@ depend on how many threads ran or which seeds ran beside it.
 Activations are stored feature-major, (features, N) with the N = B * T positions innermost:
 every matrix product becomes contiguous multiply-adds over 64 positions, which fills the
 vector lanes even at d_model 2. Weight gradients are dot products over positions, written
-with reassociating reductions (`linear_back_w`, `dot`) so that they vectorize; its order is fixed by the
-compiled code, so reruns are byte-identical.
+as reassociating reductions (`linear_back_w`, `dot`) so that they vectorize; their order is
+fixed by the compiled code, so reruns are byte-identical.
 
 Covered: any number of layers, heads and sizes, ReLU or GELU (tanh), pre-LayerNorm or none,
 attention-only blocks (d_mlp = 0), optional Q/K/V biases, W_O, final LayerNorm and unembedding
