@@ -590,10 +590,11 @@ if numba is not None:
             for t in range(T):
                 n = b * T + t
                 loss += (math.log(norm[n]) - (picked[n] - top[n])) * wt[b, t]
-                picked[n] = wt[b, t] / weight   # now each position's scale
-        for v in range(V):
+                picked[n] = wt[b, t] / weight   # now each position's scale,
+                norm[n] = picked[n] / norm[n]   # and the factor of its exponentials
+        for v in range(V):   # one division a position, not one per logit
             for n in range(B * T):
-                logits[v, n] = logits[v, n] / norm[n] * picked[n]
+                logits[v, n] *= norm[n]
         for b in range(B):
             for t in range(T):
                 logits[tgt[b, t], b * T + t] -= picked[b * T + t]
