@@ -317,40 +317,13 @@ if numba is not None:
             for i in range(d):
                 dx[i, n] = (dy[i, n] * p[w + i] - m1 - xhat[i, n] * m2) / scale[n]
 
-    @njit(inline="always", **EXACT)
-    def attend(q, k, v, h, dh, inv, n, t, row, z, col):
-        """Head h's causal softmax attention for the query at column n of q, the t-th of its
-        window, over the keys n - e for e = 0..t: its pattern into row[:t + 1], its output into
-        z[:, col]. Operation for operation what `attention` computes for each column in vector
-        lanes (where the keys past a window's start add exact zeros)."""
-        for e in range(t + 1):
-            s = 0.0
-            for j in range(dh):
-                s += q[h * dh + j, n] * k[h * dh + j, n - e]
-            row[e] = s * inv
-        top = row[0]
-        for e in range(1, t + 1):
-            if row[e] > top:
-                top = row[e]
-        norm = 0.0
-        for e in range(t + 1):
-            row[e] = exp(row[e] - top)
-            norm += row[e]
-        scale = 1.0 / norm
-        for e in range(t + 1):
-            row[e] *= scale
-        for j in range(dh):
-            acc = 0.0
-            for e in range(t + 1):
-                acc += row[e] * v[h * dh + j, n - e]
-            z[h * dh + j, col] = acc
-
     @njit(**EXACT)
     def attention(q, k, v, pat, z, H, dh, rows):
         """Causal softmax attention per window and head; q, k, v, z are (H * dh, N). The
         pattern pat (H, T, N) holds at [h, e, n] the weight of key n - e for the query n (0
         where e reaches past the window's start), so that every loop runs along the positions,
-        in vector lanes. rows: (4, N) of scratch, rows[3] each position's index in its window."""
+        in vector lanes. rows: (4, N) of scratch, rows[3] each position's index in its window.
+        attention_at computes the same operations for one query a window."""
         T, N = pat.shape[1], pat.shape[2]
         inv = 1.0 / math.sqrt(dh)
         top, norm, pos = rows[0], rows[1], rows[3]
@@ -517,13 +490,43 @@ if numba is not None:
         unembed_forward(p, glob, bufs[0][lay.shape[0]], bufs[20], bufs[21], bufs[22], bufs[13])
 
     @njit(**EXACT)
-    def attention_at(q, k, v, at, z, B, T, H, dh, row):
-        """`attention`'s output at the query position at[b] of each sequence b only, into z
-        (H * dh, B), with the same arithmetic; row: (T,) of scratch."""
+    def attention_at(q, k, v, at, z, T, H, dh, sc, rows):
+        """`attention`'s output at the query position at[b] of each window b only, into z
+        (H * dh, B), operation for operation (the keys past a window's start add exact zeros
+        there, nothing here), in vector lanes over the windows; sc (T, >= B) and rows (2, >= B)
+        of scratch."""
+        B = at.shape[0]
         inv = 1.0 / math.sqrt(dh)
-        for b in range(B):
-            for h in range(H):
-                attend(q, k, v, h, dh, inv, b * T + at[b], at[b], row, z, b)
+        top, norm = rows[0], rows[1]
+        for h in range(H):
+            for e in range(T):   # the scores of key n - e, gathered
+                for b in range(B):
+                    n = b * T + at[b]
+                    s = 0.0
+                    for j in range(dh):
+                        s += q[h * dh + j, n] * k[h * dh + j, max(n - e, 0)]
+                    sc[e, b] = s * inv if at[b] >= e else -np.inf
+            for b in range(B):
+                top[b] = sc[0, b]
+            for e in range(1, T):
+                for b in range(B):
+                    top[b] = sc[e, b] if sc[e, b] > top[b] else top[b]
+            norm[:B] = 0.0
+            for e in range(T):
+                for b in range(B):
+                    sc[e, b] = exp(sc[e, b] - top[b])
+                    norm[b] += sc[e, b]
+            for b in range(B):
+                norm[b] = 1.0 / norm[b]
+            for e in range(T):
+                for b in range(B):
+                    sc[e, b] *= norm[b]
+            for j in range(dh):
+                for b in range(B):
+                    n, acc = b * T + at[b], 0.0
+                    for e in range(at[b] + 1):
+                        acc += sc[e, b] * v[h * dh + j, n - e]
+                    z[h * dh + j, b] = acc
 
     @njit(**EXACT)
     def forward_at(p, tok, at, glob, lay, dims, B, T, bufs, one):
@@ -535,7 +538,7 @@ if numba is not None:
         L, H, dh, gelu = lay.shape[0], dims[1], dims[2], dims[6]
         o, qkv, res = lay[L - 1], bufs[8][L - 1], bufs[0][L - 1]
         z, at_res, at_mid, out = one[10][0], one[0][0], one[1][0], one[0][1]
-        attention_at(qkv[0], qkv[1], qkv[2], at, z, B, T, H, dh, bufs[19][0])
+        attention_at(qkv[0], qkv[1], qkv[2], at, z, T, H, dh, bufs[19], bufs[23])
         for i in range(res.shape[0]):
             for b in range(B):
                 at_res[i, b] = res[i, b * T + at[b]]
