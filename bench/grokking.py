@@ -10,8 +10,8 @@ float64).
 Then each seed trains as the default command does (default preset and recipe, its own temporary
 run folder) and prints one row: the step at which every training pair is right (memorised), the
 first checkpoint at which 99% of the held-out pairs are right (grokked), the final held-out
-accuracy, the key frequencies, the phases and where the restricted and test losses are half-way
-down (analysis/grokking.py), and the seconds it took: wall time, and CPU time, which is what an
+accuracy, the key frequencies, the phases and where the restricted and test losses fall below
+half their peak (analysis/grokking.py), and the seconds it took: wall time, and CPU time, which is what an
 idle machine would take when the machine is shared (the training is single-threaded but for
 NumPy's matrix products), with the machine's load average before and after.
 """
@@ -94,7 +94,7 @@ def main():
                 print(f"p = {r['p']}, {r['fraction']:.0%} of pairs train, {r['cfg'].n_params:,} "
                       f"parameters, {r['steps']:,} full-batch steps")
                 print(f"{'seed':>4s} {'memorised':>9s} {'grokked':>8s} {'final':>7s} "
-                      f"{'wall s':>7s} {'cpu s':>6s}  {'restricted/test half-way':>24s}  "
+                      f"{'wall s':>7s} {'cpu s':>6s}  {'restricted/test halved':>24s}  "
                       f"{'phases end':>16s}  key frequencies (share)")
             rows.append(r)
             falls = f"{r['falls']['restricted_loss']}/{r['falls']['test_loss']}"

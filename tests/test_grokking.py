@@ -205,6 +205,10 @@ def test_phases_and_falls_on_constructed_curves():
     # 10% of the way from 3 to -0.7 is 2.63 (first reached at step 600), 90% is -0.33 (900)
     assert got == {"memorisation": 200, "circuit_formation": 600, "cleanup": 900}
     assert G.falls_at(steps, np.exp([3.0] * 11), 0, 0.5) is None
+    # halved: below half the peak after `after` (e^3 / 2 = e^2.31), whatever the final value
+    assert G.halved_at(steps, test_loss, 200) == 600
+    assert G.halved_at(steps, test_loss, 800) == 1000   # peak e^0: e^-0.5 is not below 1/2
+    assert G.halved_at(steps, np.exp([3.0] * 11), 0) is None
     assert G.phases(steps, [0.5] * 11, test_loss, test_acc)["memorisation"] is None
     # a run that ends before 99% of the held-out pairs are right has not finished cleaning up
     assert G.phases(steps, train_acc, test_loss, test_acc[:-2] + [0.9, 0.95])["cleanup"] is None

@@ -154,6 +154,21 @@ def falls_at(steps: np.ndarray, loss: np.ndarray, after: int, fraction: float) -
     return int(s[top + below[0]])
 
 
+def halved_at(steps: np.ndarray, loss: np.ndarray, after: int) -> int | None:
+    """The first step after the loss's highest value at or after `after` at which it is below
+    half that value; None when it never halves. Nanda et al.'s ordering of the losses (the
+    restricted loss falls before the test loss) compared on the same footing for both: a
+    fraction of each loss's own peak, not of the way to its final value, which for the
+    restricted loss is ~1e-7 and would put a log-scale midpoint late in the clean-up."""
+    keep = steps >= after
+    s, value = steps[keep], loss[keep]
+    if not len(s):
+        return None
+    top = int(value.argmax())
+    below = np.flatnonzero(value[top:] < value[top] / 2)
+    return int(s[top + below[0]]) if len(below) else None
+
+
 def phases(steps, train_accuracy, test_loss, test_accuracy) -> dict:
     """Where each of Nanda et al.'s three phases ends (None when not reached):
 
@@ -262,7 +277,7 @@ def progress(run, steps: list[int] | None = None) -> dict:
     result["phases"] = phases(steps, result["train_accuracy"], result["test_loss"],
                               result["test_accuracy"])
     after = result["phases"]["memorisation"] or steps[-1] + 1
-    result["falls"] = {name: falls_at(np.array(steps), np.array(result[name]), after, 0.5)
+    result["falls"] = {name: halved_at(np.array(steps), np.array(result[name]), after)
                        for name in ("restricted_loss", "test_loss")}
     result["algorithm"] = algorithm(final, logits[-1], p)
     return result

@@ -112,8 +112,9 @@ def render_grokking(g: dict):
                    f"(of 1..{g['p'] // 2}; {g['key_share']:.1%} of the embedding's Fourier "
                    f"energy); phases end at steps: memorisation {phases['memorisation']}, "
                    f"circuit formation {phases['circuit_formation']}, clean-up "
-                   f"{phases['cleanup']}; half-way falls: restricted loss at "
-                   f"{g['falls']['restricted_loss']}, test loss at {g['falls']['test_loss']}. "
+                   f"{phases['cleanup']}; below half their peak after memorisation: "
+                   f"restricted loss at {g['falls']['restricted_loss']}, test loss at "
+                   f"{g['falls']['test_loss']}. "
                    f"Algorithm (Zhong et al. 2023): {algo['name']} (distance irrelevance "
                    f"{algo['distance_irrelevance']:.2f}, gradient symmetricity "
                    f"{algo['gradient_symmetricity']:.2f})"))
