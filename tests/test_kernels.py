@@ -165,3 +165,23 @@ def test_the_vector_lanes_exp_is_within_one_unit_in_the_last_place_of_the_c_libr
     want = np.array([math.exp(v) for v in x])
     assert np.all(np.abs(got - want) <= np.spacing(want))
     assert kernels.exp(-708.5) == kernels.exp(-np.inf) == 0.0 and np.isnan(kernels.exp(np.nan))
+
+
+@pytest.mark.parametrize("overrides", [dict(d_model=5, n_heads=3, d_head=3, d_mlp=7, qkv_bias=True),
+                                       dict(d_model=3, n_heads=1, d_head=1, d_mlp=1)])
+def test_odd_sizes_take_the_same_paths(overrides):
+    """The products take two inputs or outputs a pass: an odd one (and a single one, d_head
+    and d_mlp 1) has its own pass, checked here against the reference."""
+    cfg = preset("simulator-16d", 12, unembed_bias=True, **overrides)
+    params, tokens, targets, weights = random_batch(cfg, S=2, B=5)
+    logits, cache = forward(params, tokens)
+    loss, dlogits = cross_entropy(logits, targets, weights)
+    grads = backward(params, cache, dlogits)
+    fast_loss, fast = kernels.loss_and_gradients(params, tokens, targets, weights)
+    np.testing.assert_allclose(fast_loss, loss, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(fast.flat, grads.flat, atol=1e-12 * np.abs(grads.flat).max(),
+                               rtol=0)
+    index = np.arange(5) % cfg.n_ctx
+    at = kernels.logits_at(params, tokens[0], index)
+    full, _ = forward(params, np.broadcast_to(tokens[0], (2, *tokens[0].shape)))
+    np.testing.assert_allclose(at, full[:, np.arange(5), index], atol=1e-12, rtol=0)
