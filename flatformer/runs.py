@@ -39,12 +39,13 @@ class WriteFailed(FlatformerError):
     pass
 
 
-def atomic_write(path: Path, data: bytes):
+def atomic_write(path: str | Path, data: bytes):
     """Write a temporary file, then rename it over `path`: a kill or a failed write (a full
     disk) leaves the previous version whole. Not fsync'ed: that survives any crash of the
-    process, not a power cut, and costs about 5 ms a file here (1.5 s for a default run)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    process, not a power cut, and costs about 5 ms a file here (1.5 s for a default run).
+    Plain strings, not pathlib, inside: a 64-seed run writes 13,000 files."""
+    path = os.fspath(path)
+    tmp = path + ".tmp"
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -56,26 +57,43 @@ def atomic_write(path: Path, data: bytes):
                           f"before it is intact") from None
 
 
-def append_write(path: Path, data: bytes):
-    """Append to `path`; a failed write (a full disk) cuts the file back to what it held, so
-    it never ends in half a line."""
-    path = Path(path)
-    try:
-        with open(path, "ab") as f:
-            size = f.tell()
+class Appender:
+    """Appends to one file, kept open between appends (a run appends to each seed's metrics
+    every evaluation); every append is flushed, and a failed one (a full disk) cuts the file
+    back to what it held, so it never ends in half a line. `close` when done."""
+
+    def __init__(self, path: str | Path):
+        self.path, self.file = os.fspath(path), None
+
+    def append(self, data: bytes):
+        try:
+            if self.file is None:
+                self.file = open(self.path, "ab")
+            size = self.file.tell()
             try:
-                f.write(data)
-                f.flush()
+                self.file.write(data)
+                self.file.flush()
             except OSError:
-                f.truncate(size)
+                self.file.truncate(size)
                 raise
-    except OSError as exc:
-        raise WriteFailed(f"could not write {path} ({exc.strerror or exc}); the version "
-                          f"before it is intact") from None
+        except OSError as exc:
+            self.close()
+            raise WriteFailed(f"could not write {self.path} ({exc.strerror or exc}); the "
+                              f"version before it is intact") from None
+
+    def close(self):
+        if self.file is not None:
+            file, self.file = self.file, None
+            with contextlib.suppress(OSError):
+                file.close()
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:06d}.safetensors"
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step:06d}.safetensors"
+    return Path(run_dir) / "checkpoints" / checkpoint_name(step)
 
 
 def checkpoint_bytes(tensors: dict[str, np.ndarray],

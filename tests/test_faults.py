@@ -73,8 +73,9 @@ def test_a_sweep_into_a_folder_being_written_is_refused(tmp_path):
 
 
 class FullDisk:
-    """open() for flatformer.runs that fails the n-th write or append of a matching file
-    halfway, with ENOSPC, as a disk filling up mid-write does."""
+    """open() for flatformer.runs whose files fail the n-th write or append to a matching file
+    halfway, with ENOSPC, as a disk filling up mid-write does (counted by writes, not opens:
+    a file may stay open for many appends)."""
 
     def __init__(self, fail_at: int, match: str):
         self.count, self.fail_at, self.match = 0, fail_at, match
@@ -82,14 +83,15 @@ class FullDisk:
     def __call__(self, path, mode="r", *args, **kwargs):
         f = open(path, mode, *args, **kwargs)
         if ("w" in mode or "a" in mode) and self.match in str(path):
-            self.count += 1
-            if self.count == self.fail_at:
-                write = f.write
+            write = f.write
 
-                def half_then_full(data):
+            def counted(data):
+                self.count += 1
+                if self.count == self.fail_at:
                     write(data[:len(data) // 2])
                     raise OSError(errno.ENOSPC, "No space left on device", str(path))
-                f.write = half_then_full
+                return write(data)
+            f.write = counted
         return f
 
 
