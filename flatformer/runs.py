@@ -100,7 +100,7 @@ class Writer:
     def __init__(self):
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
-        self.error: WriteFailed | None = None
+        self.error: Exception | None = None   # raised in the trainer's thread
 
     def write(self, path: str | Path, data: bytes):
         """atomic_write(path, data), in order."""
@@ -143,7 +143,7 @@ class Writer:
                     if path in appenders:   # it would append to the file the rename replaces
                         appenders.pop(path).close()
                     atomic_write(path, data)
-            except WriteFailed as exc:
+            except Exception as exc:   # not only WriteFailed: the thread must not die silently
                 self.error = exc
         for appender in appenders.values():
             appender.close()
