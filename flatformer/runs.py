@@ -12,9 +12,7 @@ import contextlib
 import json
 import math
 import os
-import queue
 import re
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,65 +86,6 @@ class Appender:
             file, self.file = self.file, None
             with contextlib.suppress(OSError):
                 file.close()
-
-
-class Writer:
-    """Writes and appends files in a thread of its own, in the order they were asked for, so
-    that a trainer's next steps run while its checkpoints reach the disk (13,000 new files a
-    64-seed run, 2 s). Each write is `atomic_write` or an `Appender`'s, so a kill still leaves
-    every file whole (what is still queued is lost, as if killed earlier). After a failed write
-    nothing more is written, and the next `write`, `append` or `close` raises its WriteFailed."""
-
-    def __init__(self):
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread: threading.Thread | None = None
-        self.error: Exception | None = None   # raised in the trainer's thread
-
-    def write(self, path: str | Path, data: bytes):
-        """atomic_write(path, data), in order."""
-        self._put((os.fspath(path), data, False))
-
-    def append(self, path: str | Path, data: bytes):
-        """Append data to path (kept open until `close`), in order."""
-        self._put((os.fspath(path), data, True))
-
-    def close(self):
-        """Wait until everything asked for is written; raise a failed write's error."""
-        if self.thread is not None:
-            self.queue.put(None)
-            self.thread.join()
-            self.thread = None
-        self._raise()
-
-    def _raise(self):
-        if self.error is not None:
-            raise self.error
-
-    def _put(self, item):
-        self._raise()
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._work, name="flatformer-writer",
-                                           daemon=True)
-            self.thread.start()
-        self.queue.put(item)
-
-    def _work(self):
-        appenders: dict[str, Appender] = {}
-        while (item := self.queue.get()) is not None:
-            path, data, append = item
-            if self.error is not None:
-                continue
-            try:
-                if append:
-                    appenders.setdefault(path, Appender(path)).append(data)
-                else:
-                    if path in appenders:   # it would append to the file the rename replaces
-                        appenders.pop(path).close()
-                    atomic_write(path, data)
-            except Exception as exc:   # not only WriteFailed: the thread must not die silently
-                self.error = exc
-        for appender in appenders.values():
-            appender.close()
 
 
 def checkpoint_name(step: int) -> str:

@@ -15,7 +15,7 @@ from flatformer.errors import FlatformerError
 from flatformer.jobs import build_job
 from flatformer.lock import hold, holder
 from flatformer.resources import check_fits, estimate, memory_needed
-from flatformer.runs import WriteFailed, Writer, load_run, read_checkpoint, read_metrics
+from flatformer.runs import WriteFailed, load_run, read_checkpoint, read_metrics
 from flatformer.train import train
 
 SHORT = ["--recipe", "paper", "--steps", "600"]
@@ -119,16 +119,6 @@ def test_a_full_disk_mid_write_keeps_the_last_checkpoint_and_metrics(tmp_path, m
     assert result.returncode == 0, result.stderr
     assert checkpoint_bytes(folder) == checkpoint_bytes(whole)
     assert (folder / "metrics.jsonl").read_bytes() == (whole / "metrics.jsonl").read_bytes()
-
-
-def test_the_background_writer_stops_at_a_failed_write_and_raises_its_error(tmp_path):
-    writer = Writer()
-    writer.write(tmp_path / "a", b"1")
-    writer.write(f"{tmp_path}/b\0", b"2")   # not a path: the thread must not die silently
-    writer.append(tmp_path / "c", b"3")
-    with pytest.raises(ValueError, match="null byte"):
-        writer.close()
-    assert (tmp_path / "a").read_bytes() == b"1" and not (tmp_path / "c").exists()
 
 
 def test_too_much_memory_is_refused_with_both_numbers_and_what_fits(tmp_path):
