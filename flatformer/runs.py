@@ -57,35 +57,23 @@ def atomic_write(path: str | Path, data: bytes):
                           f"before it is intact") from None
 
 
-class Appender:
-    """Appends to one file, kept open between appends (a run appends to each seed's metrics
-    every evaluation); every append is flushed, and a failed one (a full disk) cuts the file
-    back to what it held, so it never ends in half a line. `close` when done."""
-
-    def __init__(self, path: str | Path):
-        self.path, self.file = os.fspath(path), None
-
-    def append(self, data: bytes):
-        try:
-            if self.file is None:
-                self.file = open(self.path, "ab")
-            size = self.file.tell()
+def append_write(path: str | Path, data: bytes):
+    """Append to `path`; a failed write (a full disk) cuts the file back to what it held, so
+    it never ends in half a line. Opened for each append: a run may write to thousands of
+    seeds' files, more than a process may hold open (256 by default on macOS)."""
+    path = os.fspath(path)
+    try:
+        with open(path, "ab") as f:
+            size = f.tell()
             try:
-                self.file.write(data)
-                self.file.flush()
+                f.write(data)
+                f.flush()
             except OSError:
-                self.file.truncate(size)
+                f.truncate(size)
                 raise
-        except OSError as exc:
-            self.close()
-            raise WriteFailed(f"could not write {self.path} ({exc.strerror or exc}); the "
-                              f"version before it is intact") from None
-
-    def close(self):
-        if self.file is not None:
-            file, self.file = self.file, None
-            with contextlib.suppress(OSError):
-                file.close()
+    except OSError as exc:
+        raise WriteFailed(f"could not write {path} ({exc.strerror or exc}); the version "
+                          f"before it is intact") from None
 
 
 def checkpoint_name(step: int) -> str:

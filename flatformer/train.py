@@ -23,7 +23,7 @@ from .lock import hold_all
 from .model import Params, backward, cross_entropy, forward, init_params, keep_freed_memory
 from .optim import AdamW
 from .resources import check_fits
-from .runs import (Appender, CheckpointLayout, WriteFailed, atomic_write, check_optim,
+from .runs import (CheckpointLayout, WriteFailed, append_write, atomic_write, check_optim,
                    checkpoint_name, checkpoint_path, read_checkpoint, read_metrics)
 from .tasks.base import Task
 
@@ -318,9 +318,9 @@ class Trainer:
         self.metrics: list[list[dict]] = [[] for _ in self.members]
         # Rows of each member's metrics.jsonl this trainer wrote (None: rewrite it whole).
         self.written: list[int | None] = [None] * len(self.members)
-        # Each seed's metrics.jsonl, open for appends; and its checkpoints folder (strings: the
-        # checkpoints of 64 seeds are 13,000 files, and pathlib cost a tenth of the run's time).
-        self.appenders = [Appender(f"{out}/metrics.jsonl") for out in job.out_dirs]
+        # Each seed's metrics file and checkpoints folder (strings: the checkpoints of 64 seeds
+        # are 13,000 files, and pathlib cost a tenth of the run's time).
+        self.metrics_files = [f"{out}/metrics.jsonl" for out in job.out_dirs]
         self.folders = [f"{out}/checkpoints/" for out in job.out_dirs]
         # While the candidates are tried, evaluations and checkpoints wait for the choice:
         # step -> (snapshot, training loss since the last evaluation or None, row due).
@@ -458,18 +458,8 @@ class Trainer:
         the file whole (a resumed run's may hold rows past the checkpoint it resumed from)."""
         rows, done = self.metrics[i], self.written[i]
         lines = "".join(json.dumps(m) + "\n" for m in rows[done or 0:]).encode()
-        appender = self.appenders[i]
-        if done is None:
-            appender.close()   # it would append to the file the rename replaces
-            atomic_write(appender.path, lines)
-        else:
-            appender.append(lines)
+        (atomic_write if done is None else append_write)(self.metrics_files[i], lines)
         self.written[i] = len(rows)
-
-    def close(self):
-        """Close the metrics files kept open for appends."""
-        for appender in self.appenders:
-            appender.close()
 
     def checkpoint(self):
         if self.selecting:
@@ -585,10 +575,7 @@ def try_candidates(job: Job, data: TaskData, progress: Callable | None) -> Train
         sub = dataclasses.replace(job, seeds=job.seeds[lo:lo + per_group],
                                   out_dirs=job.out_dirs[lo:lo + per_group])
         part = Trainer(sub, data, progress)
-        try:
-            part.run(until=job.recipe.select_step)
-        finally:
-            part.close()
+        part.run(until=job.recipe.select_step)
         parts.append((part.snapshot(), part.metrics))   # not the trainer: its batch indices
     joined = Trainer(job, data, progress, Snapshot.join(job.cfg, [s for s, _ in parts]),
                      job.recipe.select_step)
@@ -622,8 +609,5 @@ def _train(job: Job, data: TaskData, resume: bool, progress: Callable | None) ->
         trainer = try_candidates(job, data, progress)
     else:
         trainer = Trainer(job, data, progress)
-    try:
-        trainer.run()
-    finally:
-        trainer.close()
+    trainer.run()
     return trainer
