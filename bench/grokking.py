@@ -11,9 +11,9 @@ Then each seed trains as the default command does (default preset and recipe, it
 run folder) and prints one row: the step at which every training pair is right (memorised), the
 first checkpoint at which 99% of the held-out pairs are right (grokked), the final held-out
 accuracy, the key frequencies, the phases and where the restricted and test losses fall below
-half their peak (analysis/grokking.py), and the seconds it took: wall time, and CPU time, which is what an
-idle machine would take when the machine is shared (the training is single-threaded but for
-NumPy's matrix products), with the machine's load average before and after.
+half their peak (analysis/grokking.py), and the seconds it took: wall time, and CPU time, which
+is what an idle machine would take when the machine is shared (the training is single-threaded
+but for NumPy's matrix products), with the machine's load average before and after.
 """
 
 import argparse

@@ -197,8 +197,8 @@ def key_phase(run: Run, p: int) -> dict:
     from ..analysis import grokking as G
     weights = run.weights()
     embed = weights["embed.W_E"][:p]
-    keys = G.key_frequencies(weights, p)
-    k = max(keys, key=lambda f: G.spectrum(embed)[f])
+    keys, norms = G.key_frequencies(weights, p), G.spectrum(embed)
+    k = max(keys, key=lambda f: norms[f])
     return {"frequency": int(k), "key_frequencies": keys,
             "phase": (G.phases_of(embed, k) / (2 * np.pi)).tolist()}
 
