@@ -1,7 +1,7 @@
 """Figures of a many-seed comparison: aligned embedding planes and output landscapes of every
 seed, the final rule errors, and which structures hold in which seeds.
 
-Each draw function takes a `compare.Comparison` (and the arrays compare.py computed from it) and
+Each draw function takes a `compare.Comparison` (and the arrays compare_report.py computes from it) and
 returns a matplotlib Figure; nothing is saved here (the `compare` command saves).
 """
 
@@ -17,7 +17,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle, Patch
 
-from .compare import ORDERS, STRUCTURES, AlignedLandscape, Comparison, panel_limits, structure_label
+from .compare import Comparison
+from .compare_report import ORDERS, STRUCTURES, AlignedLandscape, panel_limits, structure_label
 from .figures import style
 from .readout import fit_plane, square_limits
 from .figures.panels import footnote, new_figure, plane_axes, styled

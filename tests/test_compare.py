@@ -6,8 +6,9 @@ import pytest
 
 from flatformer.analysis import algorithm
 from flatformer.compare import (canonical_cycle, canonical_line, collapse_cycle, compare_models,
-                                procrustes, recall_spec, rotate_tensors, summary,
-                                window_rows, zone_sequence)
+                                procrustes, recall_spec, rotate_tensors, window_rows,
+                                zone_sequence)
+from flatformer.compare_report import summary
 from flatformer.config import preset
 from flatformer.data import TaskData
 from flatformer.errors import FlatformerError

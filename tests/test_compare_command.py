@@ -8,7 +8,8 @@ from conftest import make_run
 from typer.testing import CliRunner
 
 from flatformer.cli import app, load_commands
-from flatformer.compare import aligned_landscapes, compare_runs, summary
+from flatformer.compare import compare_runs
+from flatformer.compare_report import aligned_landscapes, summary
 from flatformer.compare_figures import (draw_embedding_grid, draw_invariants,
                                         draw_landscape_grid, draw_rule_errors, structure_matrix)
 from flatformer.errors import FlatformerError

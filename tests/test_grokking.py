@@ -228,7 +228,8 @@ def test_frequency_plane_puts_the_numbers_on_their_circle():
 
 
 def test_compare_reports_each_seeds_key_frequencies_and_algorithm(grokking_seeds):
-    from flatformer.compare import compare_runs, to_json
+    from flatformer.compare import compare_runs
+    from flatformer.compare_report import to_json
     report = to_json(compare_runs(grokking_seeds))
     rows = report["grokking"]
     assert [r["seed"] for r in rows] == [0, 1, 2]

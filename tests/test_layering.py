@@ -22,14 +22,14 @@ def imported_after(statement: str) -> set[str]:
 
 
 def test_numbers_load_no_drawing_or_terminal_package():
-    loaded = imported_after("import flatformer.compare, flatformer.analysis, flatformer.readout, "
+    loaded = imported_after("import flatformer.compare_report, flatformer.analysis, flatformer.readout, "
                             "flatformer.analysis.report, flatformer.explorer.export")
     assert "flatformer" in loaded
     assert not loaded & {"matplotlib", "typer", "rich"}
 
 
 def test_the_issue_statement_holds():
-    subprocess.run([sys.executable, "-c", "import flatformer.compare, flatformer.analysis; "
+    subprocess.run([sys.executable, "-c", "import flatformer.compare_report, flatformer.analysis; "
                     "import sys; assert 'matplotlib' not in sys.modules"], check=True)
 
 

@@ -119,7 +119,8 @@ def compare(
     seed that learned the task (necessary) and which vary."""
     if not 0 <= success <= 1:
         raise FlatformerError(f"--success is a rule error between 0 and 1, got {success}")
-    from ..compare import aligned_landscapes, compare_runs, numbers, summary, to_json
+    from ..compare import compare_runs
+    from ..compare_report import aligned_landscapes, numbers, summary, to_json
     started = time.perf_counter()
     c = compare_runs(run, step, reference, success)
     report = to_json(c)
