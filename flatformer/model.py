@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import fused
 from .config import ModelConfig
 from .errors import FlatformerError
 
@@ -189,6 +190,8 @@ def hook_names(cfg: ModelConfig) -> list[str]:
 
 def layer_norm(x, w, b):
     """TransformerLens's LayerNorm on (S, B, T, d): returns (scale, x_hat, output)."""
+    if fused.covers(x, w, b):
+        return fused.layer_norm(x, w, b)
     d = x.shape[-1]
     x_hat = x - row_sum(x) / d
     scale = np.sqrt(row_sum(x_hat * x_hat) / d + LN_EPS)
@@ -217,6 +220,8 @@ def gelu(pre):
     """GPT-2's tanh GELU, 0.5 x (1 + tanh(c (x + 0.044715 x^3))), and the tanh, which its
     derivative reuses."""
     pre = np.ascontiguousarray(pre)
+    if fused.covers(pre):
+        return fused.gelu(pre)
     post, t = np.empty_like(pre), np.empty_like(pre)
     for x, p, h in blocks(pre, post, t):
         np.multiply(x, x, out=h)
@@ -235,6 +240,8 @@ def gelu_backward(dpost, pre, t):
     """dpost * d gelu / d pre, in place on dpost, given t = gelu(pre)[1]: the derivative
     0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2), with 1 - t^2 = (1 - t) (1 + t), is
     0.5 (1 + t) (1 + x (1 - t) c (1 + 3 * 0.044715 x^2))."""
+    if fused.covers(dpost, pre, t):
+        return fused.gelu_backward(dpost, pre, t)
     for dy, x, h in blocks(dpost, np.ascontiguousarray(pre), np.ascontiguousarray(t)):
         g = x * x
         g *= 3 * 0.044715 * GELU_C
@@ -258,6 +265,27 @@ def activation_grad(cfg: ModelConfig, pre):
     if cfg.act_fn == "relu":
         return (pre > 0).astype(pre.dtype)
     return gelu_backward(np.ones(np.shape(pre), np.result_type(pre)), pre, gelu(pre)[1])
+
+
+def softmax(x):
+    """The softmax over the last axis of x, in place (-inf entries give 0)."""
+    if fused.covers(x):
+        return fused.softmax(x)
+    x -= row_max(x)
+    np.exp(x, out=x)
+    x /= row_sum(x)
+    return x
+
+
+def softmax_backward(dpattern, pattern, divisor: float):
+    """dloss/dscores from dloss/dpattern, in place, for pattern = softmax(scores / divisor):
+    pattern (dpattern - sum(dpattern pattern)) / divisor per row, 0 where masked."""
+    if fused.covers(dpattern, pattern):
+        return fused.softmax_backward(dpattern, pattern, divisor)
+    dpattern -= row_sum(dpattern * pattern)
+    dpattern *= pattern
+    dpattern /= divisor
+    return dpattern
 
 
 @lru_cache(maxsize=None)
@@ -338,10 +366,7 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None,
         scores /= math.sqrt(dh)
         scores += mask
         scores = hook(b + "attn.hook_attn_scores", scores)                     # (S,B,H,T,T)
-        pattern = scores + mask                  # masked again, should a hook have unmasked it
-        pattern -= row_max(pattern)
-        np.exp(pattern, out=pattern)
-        pattern /= row_sum(pattern)
+        pattern = softmax(scores + mask)         # masked again, should a hook have unmasked it
         pattern = hook(b + "attn.hook_pattern", pattern)
         z = hook(b + "attn.hook_z", (pattern @ v).transpose(0, 1, 3, 2, 4))    # (S,B,T,H,dh)
         attn_out = z.reshape(S, -1, H * dh)
@@ -387,6 +412,9 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None,
 def layer_norm_backward(dy, xhat, scale, w, grads: Params, name: str):
     """Gradient through LayerNorm, (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / scale with
     dxhat = dy w; writes the gain and bias gradients into `grads`."""
+    if fused.covers(dy, xhat, scale, w):
+        return fused.layer_norm_backward(dy, xhat, scale, w, grads[name + ".w"],
+                                         grads[name + ".b"])
     S, d = dy.shape[0], dy.shape[-1]
     rows = (*dy.shape[:-1], 1)
     dy_xhat = dy * xhat
@@ -470,10 +498,7 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
         dqkv = (np.empty if rows is None else np.zeros)((S, B, T, 3, H, dh), dresid.dtype)
         dq, dk, dv = (dqkv[:, :, :, i].transpose(0, 1, 3, 2, 4) for i in range(3))
         np.matmul(pattern.swapaxes(-1, -2), dz, out=dv)
-        dscores = dz @ v.swapaxes(-1, -2)                                      # dloss/dpattern
-        dscores -= row_sum(dscores * pattern)
-        dscores *= pattern                        # the softmax's gradient; 0 where masked
-        dscores /= math.sqrt(dh)
+        dscores = softmax_backward(dz @ v.swapaxes(-1, -2), pattern, math.sqrt(dh))
         if rows is None:
             np.matmul(dscores, k, out=dq)
         else:
