@@ -1,6 +1,7 @@
 """Training speed at every model size: flatformer's step (the compiled path and the NumPy
-engine) against the same model in a plain eager PyTorch float32 loop, the achieved GFLOP/s
-next to a large matrix product's GFLOP/s, all measured in this process.
+engine, in float64 and float32; float32's elementwise work runs compiled, fused.py) against the
+same model in a plain eager PyTorch float32 loop, the achieved GFLOP/s next to a large matrix
+product's GFLOP/s, all measured in this process.
 
     python bench/train_speed.py [--quick] [--end-to-end]
 
