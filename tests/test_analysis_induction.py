@@ -11,6 +11,7 @@ from clitools import cli
 from flatformer.analysis.induction import (composition_baseline, head_scores, locate_phase,
                                            loss_bump, repeated_tokens)
 from flatformer.bridge import to_transformer_lens
+from flatformer.commands.analyze import render_report
 from flatformer.config import ModelConfig
 from flatformer.runs import load_run
 from flatformer.tasks import get_task
@@ -133,7 +134,7 @@ def test_the_induction_task_obeys_its_rule():
     assert source.tolist() == [-1] * 7 + [2, 3]
 
 
-def test_analyze_json_reports_the_induction_block(induction_run):
+def test_analyze_json_reports_the_induction_block(induction_run, capsys):
     result = cli("analyze", induction_run, "--json")
     assert result.returncode == 0, result.stderr
     block = json.loads(result.stdout)["induction"]
@@ -147,7 +148,8 @@ def test_analyze_json_reports_the_induction_block(induction_run):
     comp = block["composition"]
     assert set(comp) == {"q", "k", "v", "baseline"} and len(comp["k"]) == 4
     assert comp["k"][0][2] is not None and comp["k"][2][0] is None
-    assert "Induction heads" in cli("analyze", induction_run).stdout
+    render_report(json.loads(result.stdout))   # the text `analyze` prints, from the same report
+    assert "Induction heads" in capsys.readouterr().out
 
 
 def test_the_phase_figure_and_the_movie(induction_run, tmp_path):
