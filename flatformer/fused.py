@@ -1,8 +1,8 @@
 """The float32 engine's elementwise work, compiled: GELU, LayerNorm and the attention softmax,
 forward and backward, one pass over memory each where NumPy makes 5-10 (measured on the
 436k-parameter model: these passes were a third of a float32 step, its matrix products the
-rest). model.py calls these for float32 arrays when numba is installed; float64, the reference,
-stays NumPy.
+rest). model.py calls these for contiguous float32 arrays when numba is installed (importing this
+module on the first: numba takes 0.3 s to import); float64, the reference, stays NumPy.
 
 Same formulas as model.py, in float32 (the sums over a row, too, as NumPy's), but: e^x is
 computed here (a polynomial the compiler runs in vector lanes; a call to the C library's expf
@@ -16,175 +16,173 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-try:
-    from llvmlite import ir
-    from numba import njit, types
-    from numba.extending import intrinsic
-except ImportError:  # model.py keeps NumPy's versions
-    njit = None
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 GELU_C = math.sqrt(2.0 / math.pi)
 LN_EPS = 1e-5
 
+FLAGS = dict(cache=True, nogil=True, error_model="numpy")
+# Sums over a row may reassociate (so that they run in vector lanes); `exp` stays out of
+# such functions: its range reduction is written for the order it is given in.
+SUMS = dict(FLAGS, fastmath={"reassoc"})
+F = np.float32
+LOG2E, LN2_HI, LN2_LO = F(1.4426950408889634), F(0.693359375), F(-2.12194440e-4)
+LO, HI = F(-87.0), F(88.0)   # e^x is a normal float32 in between
+ONE, HALF = F(1.0), F(0.5)
 
-def covers(*arrays) -> bool:
-    """Whether these arrays take the compiled path: numba installed, all float32, all
-    C-contiguous (the kernels read flat rows)."""
-    return njit is not None and all(a.dtype == np.float32 and a.flags.c_contiguous
-                                    for a in arrays)
+
+@intrinsic
+def as_float32(typingctx, bits):
+    """The float32 whose bit pattern is the int32 `bits`."""
+    if bits != types.int32:
+        return None
+    return types.float32(types.int32), lambda context, builder, sig, args: \
+        builder.bitcast(args[0], ir.FloatType())
 
 
-if njit is not None:
-    FLAGS = dict(cache=True, nogil=True, error_model="numpy")
-    # Sums over a row may reassociate (so that they run in vector lanes); `exp` stays out of
-    # such functions: its range reduction is written for the order it is given in.
-    SUMS = dict(FLAGS, fastmath={"reassoc"})
-    F = np.float32
-    LOG2E, LN2_HI, LN2_LO = F(1.4426950408889634), F(0.693359375), F(-2.12194440e-4)
-    LO, HI = F(-87.0), F(88.0)   # e^x is a normal float32 in between
-    ONE, HALF = F(1.0), F(0.5)
+@intrinsic
+def fma(typingctx, a, b, c):
+    """a * b + c rounded once (llvm.fma: one instruction where the machine has it)."""
+    if not a == b == c == types.float32:
+        return None
+    return types.float32(types.float32, types.float32, types.float32), \
+        lambda context, builder, sig, args: builder.fma(*args)
 
-    @intrinsic
-    def as_float32(typingctx, bits):
-        """The float32 whose bit pattern is the int32 `bits`."""
-        if bits != types.int32:
-            return None
-        return types.float32(types.int32), lambda context, builder, sig, args: \
-            builder.bitcast(args[0], ir.FloatType())
 
-    @intrinsic
-    def fma(typingctx, a, b, c):
-        """a * b + c rounded once (llvm.fma: one instruction where the machine has it)."""
-        if not a == b == c == types.float32:
-            return None
-        return types.float32(types.float32, types.float32, types.float32), \
-            lambda context, builder, sig, args: builder.fma(*args)
+@njit(inline="always", **FLAGS)
+def exp(x):
+    """e^x in float32 within one unit in the last place (tested): x = k ln 2 + r, |r| <= ln 2 / 2,
+    e^r by its Taylor series to r^7 (the next term is below 2^-27) in Horner's scheme
+    of fused multiply-adds, 2^k from the exponent bits. 0 below -87, inf above 88, NaN stays NaN."""
+    y = min(max(x, LO), HI)
+    k = np.floor(y * LOG2E + HALF)
+    r = fma(-k, LN2_LO, fma(-k, LN2_HI, y))
+    e = fma(fma(fma(F(1 / 5040), r, F(1 / 720)), r, F(1 / 120)), r, F(1 / 24))
+    e = fma(fma(fma(fma(e, r, F(1 / 6)), r, HALF), r, ONE), r, ONE)
+    e = e * as_float32(np.int32((np.int32(k) + 127) << 23))
+    return e if LO <= x <= HI else (F(0.0) if x < LO else (F(np.inf) if x > HI else x))
 
-    @njit(inline="always", **FLAGS)
-    def exp(x):
-        """e^x in float32 within one unit in the last place (tested): x = k ln 2 + r, |r| <= ln 2 / 2,
-        e^r by its Taylor series to r^7 (the next term is below 2^-27) in Horner's scheme
-        of fused multiply-adds, 2^k from the exponent bits. 0 below -87, inf above 88, NaN stays NaN."""
-        y = min(max(x, LO), HI)
-        k = np.floor(y * LOG2E + HALF)
-        r = fma(-k, LN2_LO, fma(-k, LN2_HI, y))
-        e = fma(fma(fma(F(1 / 5040), r, F(1 / 720)), r, F(1 / 120)), r, F(1 / 24))
-        e = fma(fma(fma(fma(e, r, F(1 / 6)), r, HALF), r, ONE), r, ONE)
-        e = e * as_float32(np.int32((np.int32(k) + 127) << 23))
-        return e if LO <= x <= HI else (F(0.0) if x < LO else (F(np.inf) if x > HI else x))
+A, B = F(-2.0 * GELU_C), F(-2.0 * GELU_C * 0.044715)
+C, D = F(GELU_C), F(3.0 * 0.044715 * GELU_C)
 
-    A, B = F(-2.0 * GELU_C), F(-2.0 * GELU_C * 0.044715)
-    C, D = F(GELU_C), F(3.0 * 0.044715 * GELU_C)
 
-    @njit(**FLAGS)
-    def gelu_kernel(pre, post, t):
-        """post = 0.5 x (1 + t) = x s with t = tanh(u), u = c (x + 0.044715 x^3), computed as
-        s = (1 + t) / 2 = 1 / (1 + e^(-2u)); t = 2 s - 1 is kept for the backward pass (reading
-        it back costs less than computing it again)."""
-        for i in range(pre.shape[0]):
-            x = pre[i]
-            s = ONE / (ONE + exp(fma(B * x, x, A) * x))
-            t[i] = (s + s) - ONE
-            post[i] = x * s
+@njit(**FLAGS)
+def gelu_kernel(pre, post, t):
+    """post = 0.5 x (1 + t) = x s with t = tanh(u), u = c (x + 0.044715 x^3), computed as
+    s = (1 + t) / 2 = 1 / (1 + e^(-2u)); t = 2 s - 1 is kept for the backward pass (reading
+    it back costs less than computing it again)."""
+    for i in range(pre.shape[0]):
+        x = pre[i]
+        s = ONE / (ONE + exp(fma(B * x, x, A) * x))
+        t[i] = (s + s) - ONE
+        post[i] = x * s
 
-    @njit(**FLAGS)
-    def gelu_back_kernel(dpost, pre, t):
-        """model.gelu_backward: dpost times 0.5 (1 + t) (1 + x (1 - t) c (1 + 3 * 0.044715 x^2)),
-        in place."""
-        for i in range(pre.shape[0]):
-            x, h = pre[i], t[i]
-            dpost[i] *= fma(fma(D * x, x, C) * x, ONE - h, ONE) * fma(HALF, h, HALF)
 
-    @njit(**SUMS)
-    def layer_norm_kernel(x, w, b, scale, xhat, out):
-        """model.layer_norm over rows of d: x, xhat, out (S, R, d), scale (S, R), w, b (S, d)."""
-        S, R, d = x.shape
-        for s in range(S):
-            for r in range(R):
-                mean = F(0.0)
-                for i in range(d):
-                    mean += x[s, r, i]
-                mean /= F(d)
-                var = F(0.0)
-                for i in range(d):
-                    c = x[s, r, i] - mean
-                    xhat[s, r, i] = c
-                    var += c * c
-                sc = np.sqrt(var / F(d) + F(LN_EPS))
-                scale[s, r] = sc
-                for i in range(d):
-                    xh = xhat[s, r, i] / sc
-                    xhat[s, r, i] = xh
-                    out[s, r, i] = xh * w[s, i] + b[s, i]
+@njit(**FLAGS)
+def gelu_back_kernel(dpost, pre, t):
+    """model.gelu_backward: dpost times 0.5 (1 + t) (1 + x (1 - t) c (1 + 3 * 0.044715 x^2)),
+    in place."""
+    for i in range(pre.shape[0]):
+        x, h = pre[i], t[i]
+        dpost[i] *= fma(fma(D * x, x, C) * x, ONE - h, ONE) * fma(HALF, h, HALF)
 
-    @njit(**SUMS)
-    def layer_norm_back_kernel(dy, xhat, scale, w, dx, gw, gb):
-        """model.layer_norm_backward: dx (S, R, d) from dy, and the gain and bias gradients gw,
-        gb (S, d), summed over the rows in float64 (R is thousands of rows)."""
-        S, R, d = dy.shape
-        acc_w, acc_b = np.zeros(d), np.zeros(d)
-        for s in range(S):
-            acc_w[:] = 0.0
-            acc_b[:] = 0.0
-            for r in range(R):
-                m1, m2 = F(0.0), F(0.0)
-                for i in range(d):
-                    g = dy[s, r, i]
-                    gx = g * xhat[s, r, i]
-                    acc_w[i] += gx
-                    acc_b[i] += g
-                    m1 += g * w[s, i]
-                    m2 += gx * w[s, i]
-                m1 /= F(d)
-                m2 /= F(d)
-                for i in range(d):
-                    dx[s, r, i] = (dy[s, r, i] * w[s, i] - m1 - xhat[s, r, i] * m2) / scale[s, r]
+
+@njit(**SUMS)
+def layer_norm_kernel(x, w, b, scale, xhat, out):
+    """model.layer_norm over rows of d: x, xhat, out (S, R, d), scale (S, R), w, b (S, d)."""
+    S, R, d = x.shape
+    for s in range(S):
+        for r in range(R):
+            mean = F(0.0)
             for i in range(d):
-                gw[s, i] = acc_w[i]
-                gb[s, i] = acc_b[i]
+                mean += x[s, r, i]
+            mean /= F(d)
+            var = F(0.0)
+            for i in range(d):
+                c = x[s, r, i] - mean
+                xhat[s, r, i] = c
+                var += c * c
+            sc = np.sqrt(var / F(d) + F(LN_EPS))
+            scale[s, r] = sc
+            for i in range(d):
+                xh = xhat[s, r, i] / sc
+                xhat[s, r, i] = xh
+                out[s, r, i] = xh * w[s, i] + b[s, i]
 
-    # The row's largest entry and sum as functions of their own, so that they run in vector
-    # lanes (their own flags: a maximum taken in any order, NaN aside) while the softmax
-    # around them does not reassociate.
-    @njit(fastmath={"reassoc", "nnan", "nsz"}, **FLAGS)
-    def row_max(x, r):
-        top = x[r, 0]
-        for i in range(1, x.shape[1]):
-            top = max(top, x[r, i])
-        return top
 
-    @njit(**SUMS)
-    def row_sum(x, r):
-        total = F(0.0)
-        for i in range(x.shape[1]):
-            total += x[r, i]
-        return total
-
-    @njit(**FLAGS)
-    def softmax_kernel(x):
-        """Each row of x (R, T) replaced by its softmax (-inf entries give 0, a NaN makes the
-        row NaN)."""
-        R, T = x.shape
+@njit(**SUMS)
+def layer_norm_back_kernel(dy, xhat, scale, w, dx, gw, gb):
+    """model.layer_norm_backward: dx (S, R, d) from dy, and the gain and bias gradients gw,
+    gb (S, d), summed over the rows in float64 (R is thousands of rows)."""
+    S, R, d = dy.shape
+    acc_w, acc_b = np.zeros(d), np.zeros(d)
+    for s in range(S):
+        acc_w[:] = 0.0
+        acc_b[:] = 0.0
         for r in range(R):
-            top = row_max(x, r)
-            for i in range(T):
-                x[r, i] = exp(x[r, i] - top)
-            total = row_sum(x, r)
-            for i in range(T):
-                x[r, i] /= total
+            m1, m2 = F(0.0), F(0.0)
+            for i in range(d):
+                g = dy[s, r, i]
+                gx = g * xhat[s, r, i]
+                acc_w[i] += gx
+                acc_b[i] += g
+                m1 += g * w[s, i]
+                m2 += gx * w[s, i]
+            m1 /= F(d)
+            m2 /= F(d)
+            for i in range(d):
+                dx[s, r, i] = (dy[s, r, i] * w[s, i] - m1 - xhat[s, r, i] * m2) / scale[s, r]
+        for i in range(d):
+            gw[s, i] = acc_w[i]
+            gb[s, i] = acc_b[i]
 
-    @njit(**SUMS)
-    def softmax_back_kernel(dp, p, divisor):
-        """dp (R, T), dloss/dpattern, replaced by dloss/dscores: p (dp - sum(dp p)) / divisor
-        per row."""
-        R, T = dp.shape
-        for r in range(R):
-            mix = F(0.0)
-            for i in range(T):
-                mix += dp[r, i] * p[r, i]
-            for i in range(T):
-                dp[r, i] = (dp[r, i] - mix) * p[r, i] / divisor
+
+# The row's largest entry and sum as functions of their own, so that they run in vector
+# lanes (their own flags: a maximum taken in any order, NaN aside) while the softmax
+# around them does not reassociate.
+@njit(fastmath={"reassoc", "nnan", "nsz"}, **FLAGS)
+def row_max(x, r):
+    top = x[r, 0]
+    for i in range(1, x.shape[1]):
+        top = max(top, x[r, i])
+    return top
+
+
+@njit(**SUMS)
+def row_sum(x, r):
+    total = F(0.0)
+    for i in range(x.shape[1]):
+        total += x[r, i]
+    return total
+
+
+@njit(**FLAGS)
+def softmax_kernel(x):
+    """Each row of x (R, T) replaced by its softmax (-inf entries give 0, a NaN makes the
+    row NaN)."""
+    R, T = x.shape
+    for r in range(R):
+        top = row_max(x, r)
+        for i in range(T):
+            x[r, i] = exp(x[r, i] - top)
+        total = row_sum(x, r)
+        for i in range(T):
+            x[r, i] /= total
+
+
+@njit(**SUMS)
+def softmax_back_kernel(dp, p, divisor):
+    """dp (R, T), dloss/dpattern, replaced by dloss/dscores: p (dp - sum(dp p)) / divisor
+    per row."""
+    R, T = dp.shape
+    for r in range(R):
+        mix = F(0.0)
+        for i in range(T):
+            mix += dp[r, i] * p[r, i]
+        for i in range(T):
+            dp[r, i] = (dp[r, i] - mix) * p[r, i] / divisor
 
 
 def gelu(pre):

@@ -16,7 +16,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import fused
 from .config import ModelConfig
 from .errors import FlatformerError
 
@@ -143,6 +142,24 @@ def init_params(cfg: ModelConfig, rngs: list[np.random.Generator],
     return params
 
 
+@lru_cache(maxsize=None)
+def _fused():
+    try:
+        from . import fused
+    except ImportError:   # numba missing: NumPy does it all
+        return None
+    return fused
+
+
+def fused_for(*arrays):
+    """fused.py, the compiled versions of the elementwise steps below, when these arrays take
+    them (all float32 and C-contiguous, numba installed), else None. Imported on first use:
+    numba takes 0.3 s to import, which commands that never run float32 need not pay."""
+    if all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays):
+        return _fused()
+    return None
+
+
 # NumPy reduces a short last axis (8 keys, 12 tokens) one row at a time, with overhead per row;
 # a matrix-vector product and a few elementwise maxima do the same work 5-10x faster here.
 def row_sum(x: np.ndarray) -> np.ndarray:
@@ -190,7 +207,7 @@ def hook_names(cfg: ModelConfig) -> list[str]:
 
 def layer_norm(x, w, b):
     """TransformerLens's LayerNorm on (S, B, T, d): returns (scale, x_hat, output)."""
-    if fused.covers(x, w, b):
+    if fused := fused_for(x, w, b):
         return fused.layer_norm(x, w, b)
     d = x.shape[-1]
     x_hat = x - row_sum(x) / d
@@ -220,7 +237,7 @@ def gelu(pre):
     """GPT-2's tanh GELU, 0.5 x (1 + tanh(c (x + 0.044715 x^3))), and the tanh, which its
     derivative reuses."""
     pre = np.ascontiguousarray(pre)
-    if fused.covers(pre):
+    if fused := fused_for(pre):
         return fused.gelu(pre)
     post, t = np.empty_like(pre), np.empty_like(pre)
     for x, p, h in blocks(pre, post, t):
@@ -240,7 +257,7 @@ def gelu_backward(dpost, pre, t):
     """dpost * d gelu / d pre, in place on dpost, given t = gelu(pre)[1]: the derivative
     0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2), with 1 - t^2 = (1 - t) (1 + t), is
     0.5 (1 + t) (1 + x (1 - t) c (1 + 3 * 0.044715 x^2))."""
-    if fused.covers(dpost, pre, t):
+    if fused := fused_for(dpost, pre, t):
         return fused.gelu_backward(dpost, pre, t)
     for dy, x, h in blocks(dpost, np.ascontiguousarray(pre), np.ascontiguousarray(t)):
         g = x * x
@@ -269,7 +286,7 @@ def activation_grad(cfg: ModelConfig, pre):
 
 def softmax(x):
     """The softmax over the last axis of x, in place (-inf entries give 0)."""
-    if fused.covers(x):
+    if fused := fused_for(x):
         return fused.softmax(x)
     x -= row_max(x)
     np.exp(x, out=x)
@@ -280,7 +297,7 @@ def softmax(x):
 def softmax_backward(dpattern, pattern, divisor: float):
     """dloss/dscores from dloss/dpattern, in place, for pattern = softmax(scores / divisor):
     pattern (dpattern - sum(dpattern pattern)) / divisor per row, 0 where masked."""
-    if fused.covers(dpattern, pattern):
+    if fused := fused_for(dpattern, pattern):
         return fused.softmax_backward(dpattern, pattern, divisor)
     dpattern -= row_sum(dpattern * pattern)
     dpattern *= pattern
@@ -412,7 +429,7 @@ def forward(params: Params, tokens: np.ndarray, hooks: dict | None = None,
 def layer_norm_backward(dy, xhat, scale, w, grads: Params, name: str):
     """Gradient through LayerNorm, (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / scale with
     dxhat = dy w; writes the gain and bias gradients into `grads`."""
-    if fused.covers(dy, xhat, scale, w):
+    if fused := fused_for(dy, xhat, scale, w):
         return fused.layer_norm_backward(dy, xhat, scale, w, grads[name + ".w"],
                                          grads[name + ".b"])
     S, d = dy.shape[0], dy.shape[-1]
