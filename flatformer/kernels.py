@@ -35,6 +35,7 @@ try:
     import numba
     from llvmlite import ir
     from numba import njit, types
+    from numba.core import cgutils
     from numba.extending import intrinsic
 except ImportError:  # the NumPy engine does everything without it
     numba = None
@@ -110,6 +111,28 @@ if numba is not None:
             return None
         return types.float64(types.int64), lambda context, builder, sig, args: \
             builder.bitcast(args[0], ir.DoubleType())
+
+    @intrinsic
+    def borrowed(typingctx, x):
+        """x, an array or a (nested) tuple of arrays, as arrays that own nothing (no meminfo):
+        numba counts references to an array at every call and view with an atomic instruction
+        (measured: 15% of a paper-2d step, ~375 counts, which its pruning pass leaves wherever a
+        callee may raise), and skips the count of an array that owns nothing. Their memory is
+        the owner's: use them only while the owner lives (a kernel's argument, or an array
+        used after them)."""
+        def lower(context, builder, ty, value):
+            if isinstance(ty, types.Array):
+                array = context.make_array(ty)(context, builder, value)
+                array.meminfo = cgutils.get_null_value(array.meminfo.type)
+                array.parent = cgutils.get_null_value(array.parent.type)
+                return array._getvalue()
+            if isinstance(ty, types.BaseTuple):
+                for i, item in enumerate(ty):
+                    value = builder.insert_value(
+                        value, lower(context, builder, item, builder.extract_value(value, i)), i)
+            return value
+        return x(x), lambda context, builder, sig, args: lower(context, builder, sig.args[0],
+                                                               args[0])
 
     @intrinsic
     def fma(typingctx, a, b, c):
@@ -713,11 +736,12 @@ if numba is not None:
         T = dims[5]
         P = flat.shape[0] // S
         L = lay.shape[0]
-        p, m, v, g = np.empty(P), np.empty(P), np.empty(P), np.empty(P)
-        bufs = buffers(dims, L, B, T)
-        tokens, targets = np.empty((B, T), np.int64), np.empty((B, T), np.int64)
-        weights = np.empty((B, T))
-        for s in range(lo, hi):
+        owned = (np.empty(P), np.empty(P), np.empty(P), np.empty(P), buffers(dims, L, B, T),
+                 np.empty((B, T), np.int64), np.empty((B, T), np.int64), np.empty((B, T)))
+        flat, m_flat, v_flat, glob, lay, dims, text, target, source, counted, at = borrowed(
+            (flat, m_flat, v_flat, glob, lay, dims, text, target, source, counted, at))
+        for s in range(lo, hi):   # `owned` lives through the loop: it is used in every pass
+            p, m, v, g, bufs, tokens, targets, weights = borrowed(owned)
             gather(flat, starts, sizes, S, s, p)
             gather(m_flat, starts, sizes, S, s, m)
             gather(v_flat, starts, sizes, S, s, v)
