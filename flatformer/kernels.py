@@ -188,75 +188,72 @@ if numba is not None:
         """out[col0 + o] = base[col0 + o] + sum_i W[i, o] x[i] + b[o] over positions, after a
         ReLU with `relu`: W[i, o] at p[w + i * stride + o] (stride lets one head's block of W_Q
         be read in place), b[o] at p[bias + o] (bias -1: none), base NO_ROWS for 0. Two inputs
-        per pass over the row (an odd one first), the bias and ReLU in the last: at these sizes
-        a pass costs more than its arithmetic. Rows are indexed, not taken as views (arrays
-        handed to a helper per row cost reference counting that outweighed the pass)."""
+        per pass over the row (an odd one alone in the first, plus 0 x[0]), the first pass
+        assigning where there is no base, the bias and ReLU in the last: at these sizes a pass
+        costs more than its arithmetic. Rows are indexed, not taken as views (arrays handed to
+        a helper per row cost reference counting that outweighed the pass)."""
         N = x.shape[1]
+        has_base = base.shape[0] > 0
         for o in range(n_out):
             r = col0 + o
-            if base.shape[0]:
+            if has_base:
                 for n in range(N):
                     out[r, n] = base[r, n]
-            else:
-                out[r] = 0.0
-            i = n_in % 2
-            if i:
-                c = p[w + o]
-                for n in range(N):
-                    out[r, n] += c * x[0, n]
-            while i + 2 < n_in:
-                c0, c1 = p[w + i * stride + o], p[w + (i + 1) * stride + o]
-                for n in range(N):
-                    out[r, n] = (out[r, n] + c0 * x[i, n]) + c1 * x[i + 1, n]
-                i += 2
             b = p[bias + o] if bias >= 0 else 0.0
-            if i < n_in:   # the last pass: the last two inputs, the bias, the ReLU
-                c0, c1 = p[w + i * stride + o], p[w + (i + 1) * stride + o]
-                if relu:
+            i = 0
+            while i < n_in:   # a pass over inputs i and j
+                j = i + 1 if i > 0 or n_in % 2 == 0 else i
+                c0 = p[w + i * stride + o]
+                c1 = p[w + j * stride + o] if j > i else 0.0
+                last = j + 1 == n_in
+                add = b if last else 0.0
+                if i == 0 and not has_base:
+                    if relu and last:
+                        for n in range(N):
+                            a = (c0 * x[i, n] + c1 * x[j, n]) + add
+                            out[r, n] = a if a > 0.0 else 0.0
+                    else:
+                        for n in range(N):
+                            out[r, n] = (c0 * x[i, n] + c1 * x[j, n]) + add
+                elif relu and last:
                     for n in range(N):
-                        a = ((out[r, n] + c0 * x[i, n]) + c1 * x[i + 1, n]) + b
+                        a = ((out[r, n] + c0 * x[i, n]) + c1 * x[j, n]) + add
                         out[r, n] = a if a > 0.0 else 0.0
                 else:
                     for n in range(N):
-                        out[r, n] = ((out[r, n] + c0 * x[i, n]) + c1 * x[i + 1, n]) + b
-            elif relu:   # one input in all
-                for n in range(N):
-                    a = out[r, n] + b
-                    out[r, n] = a if a > 0.0 else 0.0
-            else:
-                for n in range(N):
-                    out[r, n] += b
+                        out[r, n] = ((out[r, n] + c0 * x[i, n]) + c1 * x[j, n]) + add
+                i = j + 1
 
     @njit(**EXACT)
-    def linear_back_x(p, w, n_in, n_out, dout, col0, stride, dx, relu_of):
-        """dx[i] += sum_o W[i, o] dout[col0 + o], kept only where relu_of[i] > 0 (relu_of
-        NO_ROWS: everywhere). Two outputs per pass over the row, the mask in the last."""
+    def linear_back_x(p, w, n_in, n_out, dout, col0, stride, dx, relu_of, first):
+        """dx[i] += sum_o W[i, o] dout[col0 + o] (with `first`: dx[i] = the sum), kept only
+        where relu_of[i] > 0 (relu_of NO_ROWS: everywhere). Two outputs per pass over the row
+        (an odd one alone in the first, as in `linear`), the mask in the last."""
         N = dout.shape[1]
         mask = relu_of.shape[0] > 0
         for i in range(n_in):
-            o = n_out % 2
-            if o:
-                c = p[w + i * stride]
-                for n in range(N):
-                    dx[i, n] += c * dout[col0, n]
-            while o + 2 < n_out:
-                c0, c1 = p[w + i * stride + o], p[w + i * stride + o + 1]
-                for n in range(N):
-                    dx[i, n] = (dx[i, n] + c0 * dout[col0 + o, n]) + c1 * dout[col0 + o + 1, n]
-                o += 2
-            c0 = p[w + i * stride + o] if o < n_out else 0.0
-            c1 = p[w + i * stride + o + 1] if o < n_out else 0.0
-            if o == n_out:   # one output in all
-                if mask:
+            o = 0
+            while o < n_out:   # a pass over outputs o and q
+                q = o + 1 if o > 0 or n_out % 2 == 0 else o
+                c0 = p[w + i * stride + o]
+                c1 = p[w + i * stride + q] if q > o else 0.0
+                masked = mask and q + 1 == n_out
+                if o == 0 and first:
+                    if masked:
+                        for n in range(N):
+                            a = c0 * dout[col0 + o, n] + c1 * dout[col0 + q, n]
+                            dx[i, n] = a if relu_of[i, n] > 0.0 else 0.0
+                    else:
+                        for n in range(N):
+                            dx[i, n] = c0 * dout[col0 + o, n] + c1 * dout[col0 + q, n]
+                elif masked:
                     for n in range(N):
-                        dx[i, n] = dx[i, n] if relu_of[i, n] > 0.0 else 0.0
-            elif mask:
-                for n in range(N):
-                    a = (dx[i, n] + c0 * dout[col0 + o, n]) + c1 * dout[col0 + o + 1, n]
-                    dx[i, n] = a if relu_of[i, n] > 0.0 else 0.0
-            else:
-                for n in range(N):
-                    dx[i, n] = (dx[i, n] + c0 * dout[col0 + o, n]) + c1 * dout[col0 + o + 1, n]
+                        a = (dx[i, n] + c0 * dout[col0 + o, n]) + c1 * dout[col0 + q, n]
+                        dx[i, n] = a if relu_of[i, n] > 0.0 else 0.0
+                else:
+                    for n in range(N):
+                        dx[i, n] = (dx[i, n] + c0 * dout[col0 + o, n]) + c1 * dout[col0 + q, n]
+                o = q + 1
 
     @njit(**FAST)
     def linear_back_w(g, w, n_in, n_out, x, dout, col0, stride, bias):
@@ -633,8 +630,7 @@ if numba is not None:
         d, N = dres.shape
         m = dpre.shape[0]
         linear_back_w(g, o[WOUT], m, d, post[l], dres, 0, d, o[BOUT])
-        dpre[:] = 0.0
-        linear_back_x(p, o[WOUT], m, d, dres, 0, d, dpre, NO_ROWS if gelu else post[l])
+        linear_back_x(p, o[WOUT], m, d, dres, 0, d, dpre, NO_ROWS if gelu else post[l], True)
         if gelu:
             for c in range(m):
                 for n in range(N):
@@ -644,8 +640,7 @@ if numba is not None:
                                    * (1.0 + 3.0 * 0.044715 * a * a))
         x = m_in[l] if o[LN2W] >= 0 else mid[l]
         linear_back_w(g, o[WIN], d, m, x, dpre, 0, m, o[BIN])
-        dmid[:] = 0.0
-        linear_back_x(p, o[WIN], d, m, dpre, 0, m, dmid, NO_ROWS)
+        linear_back_x(p, o[WIN], d, m, dpre, 0, m, dmid, NO_ROWS, True)
         if o[LN2W] >= 0:
             layer_norm_back(p, g, o[LN2W], o[LN2B], dmid, h2[l], s2[l], dmid)
         add_to(dres, dmid)
@@ -659,8 +654,7 @@ if numba is not None:
         L, N, hd = lay.shape[0], B * T, dims[1] * dims[2]
         WE, WPOS, WU, BU, LNFW, LNFB = glob[0], glob[1], glob[2], glob[3], glob[4], glob[5]
         linear_back_w(g, WU, d, V, final if LNFW >= 0 else res[L], dlogits, 0, V, BU)
-        dres[:] = 0.0
-        linear_back_x(p, WU, d, V, dlogits, 0, V, dres, NO_ROWS)
+        linear_back_x(p, WU, d, V, dlogits, 0, V, dres, NO_ROWS, True)
         if LNFW >= 0:
             layer_norm_back(p, g, LNFW, LNFB, dres, hf, sf, dres)
         for l in range(L - 1, -1, -1):
@@ -670,20 +664,18 @@ if numba is not None:
             # Attention: z = e + concat_h(softmax(q k^T / sqrt(dh)) v) [W_O]
             if o[WO] >= 0:
                 linear_back_w(g, o[WO], hd, d, z[l], dres, 0, d, -1)
-                dz[:] = 0.0
-                linear_back_x(p, o[WO], hd, d, dres, 0, d, dz, NO_ROWS)
+                linear_back_x(p, o[WO], hd, d, dres, 0, d, dz, NO_ROWS, True)
             else:
                 copy(dres, dz)
             attention_back(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], dz, dqkv[0], dqkv[1],
                            dqkv[2], dpat, H, dh, rows)
             x = a_in[l] if o[LN1W] >= 0 else res[l]
-            dmid[:] = 0.0
             for r in range(3):
                 for h in range(H):
                     linear_back_w(g, o[WQ + r] + h * d * dh, d, dh, x, dqkv[r], h * dh, dh,
                                   o[BQ + r] + h * dh if o[BQ + r] >= 0 else -1)
                     linear_back_x(p, o[WQ + r] + h * d * dh, d, dh, dqkv[r], h * dh, dh, dmid,
-                                  NO_ROWS)
+                                  NO_ROWS, r == 0 and h == 0)
             if o[LN1W] >= 0:
                 layer_norm_back(p, g, o[LN1W], o[LN1B], dmid, h1[l], s1[l], dmid)
             add_to(dres, dmid)
