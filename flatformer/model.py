@@ -563,6 +563,7 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray, weights: np.ndarray):
     loss = (nll * weights).sum((1, 2)) / total
     dlogits = exp
     dlogits /= sumexp
-    dlogits -= targets[..., None] == np.arange(logits.shape[-1])             # softmax - onehot
+    rows = dlogits.reshape(-1, logits.shape[-1])               # softmax - onehot: one per row
+    rows[np.arange(len(rows)), targets.ravel()] -= 1.0
     dlogits *= (weights / total[:, None, None])[..., None]
     return loss, dlogits
