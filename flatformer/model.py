@@ -81,6 +81,11 @@ class Params:
         checkpoint holds the optimizer's moments and the explorer the weights."""
         return np.concatenate([view[s].ravel() for view in self.views.values()])
 
+    def members(self) -> np.ndarray:
+        """Every seed's `member` at once, one row each: (S, n_params)."""
+        return np.concatenate([view.reshape(self.n_seeds, -1) for view in self.views.values()],
+                              axis=1)
+
     @classmethod
     def from_members(cls, cfg: ModelConfig, vectors: list[np.ndarray],
                      dtype=np.float64) -> "Params":

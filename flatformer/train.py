@@ -234,8 +234,8 @@ class Snapshot:
     def join(cls, cfg: ModelConfig, parts: list["Snapshot"]) -> "Snapshot":
         """The members of several snapshots taken at the same step, one after another."""
         def joined(get):
-            return Params.from_members(cfg, [Params(cfg, len(p.members), get(p)).member(i)
-                                             for p in parts for i in range(len(p.members))],
+            return Params.from_members(cfg, [row for p in parts for row in
+                                             Params(cfg, len(p.members), get(p)).members()],
                                        get(parts[0]).dtype).flat
         return cls([m for p in parts for m in p.members], joined(lambda p: p.params),
                    joined(lambda p: p.m), joined(lambda p: p.v), parts[0].t,
@@ -258,13 +258,10 @@ class Snapshot:
         """`checkpoint` of every member at once: one row of float64 numbers each, the tensors
         (the optimizer's as "optim.<key>") raveled in `order`."""
         n = len(self.members)
-
-        def per_member(buf):   # (n, n_params), each row as Params.member gives it
-            return np.concatenate([view.reshape(n, -1) for view in
-                                   Params(cfg, n, buf).views.values()], axis=1)
         weights = Params(cfg, n, self.params)
         columns = {**{name: view.reshape(n, -1) for name, view in weights.views.items()},
-                   "optim.m": per_member(self.m), "optim.v": per_member(self.v),
+                   "optim.m": Params(cfg, n, self.m).members(),
+                   "optim.v": Params(cfg, n, self.v).members(),
                    "optim.t": np.full(n, float(self.t)),
                    "optim.candidate": np.array([float(c) for _, c in self.members]),
                    "optim.loss_sum": self.loss_sum, "optim.loss_n": np.full(n, float(self.loss_n))}
