@@ -350,12 +350,15 @@ if numba is not None:
         for h in range(H):
             for e in range(T):
                 row = pat[h, e]
-                row[:] = 0.0
                 for j in range(dh):   # through views: k[j, n - e] would not vectorize (a
                     rs, qs, ks = row[e:], q[h * dh + j, e:], k[h * dh + j, :N - e]   # negative
-                    for n in range(N - e):                 # index wraps around, a select per n)
-                        rs[n] += qs[n] * ks[n]
-                for n in range(N):
+                    if j == 0:                        # index wraps around, a select per n)
+                        for n in range(N - e):
+                            rs[n] = qs[n] * ks[n]
+                    else:
+                        for n in range(N - e):
+                            rs[n] += qs[n] * ks[n]
+                for n in range(N):   # whole rows: faster than fused into the shorter rows above
                     row[n] = row[n] * inv if pos[n] >= e else -np.inf
             for n in range(N):
                 top[n] = pat[h, 0, n]
@@ -377,11 +380,14 @@ if numba is not None:
                     row[n] *= norm[n]
             for j in range(dh):
                 zj, vj = z[h * dh + j], v[h * dh + j]
-                zj[:] = 0.0
-                for e in range(T):
+                for e in range(T):   # e = 0 covers every position: it assigns
                     zs, ps, vs = zj[e:], pat[h, e, e:], vj[:N - e]
-                    for n in range(N - e):
-                        zs[n] += ps[n] * vs[n]
+                    if e == 0:
+                        for n in range(N):
+                            zs[n] = ps[n] * vs[n]
+                    else:
+                        for n in range(N - e):
+                            zs[n] += ps[n] * vs[n]
 
     @njit(**EXACT)
     def attention_back(q, k, v, pat, dz, dq, dk, dv, dpat, H, dh, rows):
@@ -390,20 +396,26 @@ if numba is not None:
         T, N = pat.shape[1], pat.shape[2]
         inv = 1.0 / math.sqrt(dh)
         mix = rows[0]
-        dk[:] = 0.0
-        dv[:] = 0.0
         for h in range(H):
             for e in range(T):   # dloss/dpattern
-                dpat[e] = 0.0
+                for n in range(e):
+                    dpat[e, n] = 0.0
                 for j in range(dh):
                     ds, dzs, vs = dpat[e, e:], dz[h * dh + j, e:], v[h * dh + j, :N - e]
-                    for n in range(N - e):
-                        ds[n] += dzs[n] * vs[n]
-            mix[:] = 0.0
+                    if j == 0:
+                        for n in range(N - e):
+                            ds[n] = dzs[n] * vs[n]
+                    else:
+                        for n in range(N - e):
+                            ds[n] += dzs[n] * vs[n]
             for e in range(T):
                 row, drow = pat[h, e], dpat[e]
-                for n in range(N):
-                    mix[n] += drow[n] * row[n]
+                if e == 0:
+                    for n in range(N):
+                        mix[n] = drow[n] * row[n]
+                else:
+                    for n in range(N):
+                        mix[n] += drow[n] * row[n]
             for e in range(T):   # dloss/dscore, in place
                 row, drow = pat[h, e], dpat[e]
                 for n in range(N):
@@ -411,14 +423,19 @@ if numba is not None:
             for j in range(dh):
                 qj, kj, dzj = q[h * dh + j], k[h * dh + j], dz[h * dh + j]
                 dqj, dkj, dvj = dq[h * dh + j], dk[h * dh + j], dv[h * dh + j]
-                dqj[:] = 0.0
-                for e in range(T):
+                for e in range(T):   # e = 0 covers every position: it assigns
                     ps, ds, qs, dzs, dqs = pat[h, e, e:], dpat[e, e:], qj[e:], dzj[e:], dqj[e:]
                     ks, dks, dvs = kj[:N - e], dkj[:N - e], dvj[:N - e]
-                    for n in range(N - e):
-                        dvs[n] += ps[n] * dzs[n]
-                        dqs[n] += ds[n] * ks[n]
-                        dks[n] += ds[n] * qs[n]
+                    if e == 0:
+                        for n in range(N):
+                            dvs[n] = ps[n] * dzs[n]
+                            dqs[n] = ds[n] * ks[n]
+                            dks[n] = ds[n] * qs[n]
+                    else:
+                        for n in range(N - e):
+                            dvs[n] += ps[n] * dzs[n]
+                            dqs[n] += ds[n] * ks[n]
+                            dks[n] += ds[n] * qs[n]
 
     @njit(**EXACT)
     def buffers(dims, L, B, T):
