@@ -173,10 +173,13 @@ def test_the_vector_lanes_exp_is_within_one_unit_in_the_last_place_of_the_c_libr
 
 
 @pytest.mark.parametrize("overrides", [dict(d_model=5, n_heads=3, d_head=3, d_mlp=7, qkv_bias=True),
-                                       dict(d_model=3, n_heads=1, d_head=1, d_mlp=1)])
+                                       dict(d_model=3, n_heads=1, d_head=1, d_mlp=1),
+                                       dict(d_model=2, n_heads=1, d_head=2, d_mlp=3,
+                                            act_fn="relu")])
 def test_odd_sizes_take_the_same_paths(overrides):
     """The products take two inputs or outputs a pass: an odd one (and a single one, d_head
-    and d_mlp 1) has its own pass, checked here against the reference."""
+    and d_mlp 1) has its own pass, checked here against the reference; so has the ReLU MLP at
+    d_model 2 (here behind a LayerNorm, which the paper's model lacks)."""
     cfg = preset("simulator-16d", 12, unembed_bias=True, **overrides)
     params, tokens, targets, weights = random_batch(cfg, S=2, B=5)
     grads, fast = reference_and_fast(params, tokens, targets, weights)
