@@ -842,9 +842,11 @@ if numba is not None:
         """Per-seed loss and gradient (tensor-major, as model.Params) on tokens (S, B, T)."""
         S, B, T = tokens.shape
         P = flat.shape[0] // S
-        p, g = np.empty(P), np.empty(P)
-        bufs = buffers(dims, lay.shape[0], B, T)
-        for s in range(lo, hi):
+        owned = np.empty(P), np.empty(P), buffers(dims, lay.shape[0], B, T)
+        flat, glob, lay, dims, tokens, targets, weights = borrowed(
+            (flat, glob, lay, dims, tokens, targets, weights))
+        for s in range(lo, hi):   # as train_chunk's
+            p, g, bufs = borrowed(owned)
             gather(flat, starts, sizes, S, s, p)
             forward_seed(p, tokens[s], glob, lay, dims, B, T, bufs)
             loss[s] = loss_and_dlogits(bufs[13], targets[s], weights[s], B, T, bufs[23])
@@ -860,9 +862,10 @@ if numba is not None:
         S, W = out.shape[0], out.shape[1]
         P = flat.shape[0] // S
         V = dims[4]
-        p = np.empty(P)
-        bufs, one = buffers(dims, lay.shape[0], G, T), buffers(dims, 1, G, 1)
-        for s in range(lo, hi):
+        owned = np.empty(P), buffers(dims, lay.shape[0], G, T), buffers(dims, 1, G, 1)
+        flat, glob, lay, dims, inputs, index = borrowed((flat, glob, lay, dims, inputs, index))
+        for s in range(lo, hi):   # as train_chunk's
+            p, bufs, one = borrowed(owned)
             gather(flat, starts, sizes, S, s, p)
             for grp in range(n_groups):
                 if index.shape[0]:
@@ -889,9 +892,11 @@ if numba is not None:
         G, T = val_in.shape[1], val_in.shape[2]
         P = flat.shape[0] // S
         V = dims[4]
-        p = np.empty(P)
-        bufs, one = buffers(dims, lay.shape[0], G, T), buffers(dims, 1, G, 1)
-        for s in range(lo, hi):
+        owned = np.empty(P), buffers(dims, lay.shape[0], G, T), buffers(dims, 1, G, 1)
+        flat, glob, lay, dims, val_in, val_tgt, val_wt, rule_in, rule_at, allowed = borrowed(
+            (flat, glob, lay, dims, val_in, val_tgt, val_wt, rule_in, rule_at, allowed))
+        for s in range(lo, hi):   # as train_chunk's
+            p, bufs, one = borrowed(owned)
             gather(flat, starts, sizes, S, s, p)
             total, weight = 0.0, 0.0
             for grp in range(val_in.shape[0] if n_val else 0):
