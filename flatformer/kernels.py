@@ -205,23 +205,28 @@ if numba is not None:
                 j = i + 1 if i > 0 or n_in % 2 == 0 else i
                 c0 = p[w + i * stride + o]
                 c1 = p[w + j * stride + o] if j > i else 0.0
-                last = j + 1 == n_in
-                add = b if last else 0.0
-                if i == 0 and not has_base:
+                last = j + 1 == n_in   # the bias (and ReLU) in the last pass only: adding
+                if i == 0 and not has_base:   # 0.0 in the others made a product 5% slower
                     if relu and last:
                         for n in range(N):
-                            a = (c0 * x[i, n] + c1 * x[j, n]) + add
+                            a = (c0 * x[i, n] + c1 * x[j, n]) + b
                             out[r, n] = a if a > 0.0 else 0.0
+                    elif last:
+                        for n in range(N):
+                            out[r, n] = (c0 * x[i, n] + c1 * x[j, n]) + b
                     else:
                         for n in range(N):
-                            out[r, n] = (c0 * x[i, n] + c1 * x[j, n]) + add
+                            out[r, n] = c0 * x[i, n] + c1 * x[j, n]
                 elif relu and last:
                     for n in range(N):
-                        a = ((out[r, n] + c0 * x[i, n]) + c1 * x[j, n]) + add
+                        a = ((out[r, n] + c0 * x[i, n]) + c1 * x[j, n]) + b
                         out[r, n] = a if a > 0.0 else 0.0
+                elif last:
+                    for n in range(N):
+                        out[r, n] = ((out[r, n] + c0 * x[i, n]) + c1 * x[j, n]) + b
                 else:
                     for n in range(N):
-                        out[r, n] = ((out[r, n] + c0 * x[i, n]) + c1 * x[j, n]) + add
+                        out[r, n] = (out[r, n] + c0 * x[i, n]) + c1 * x[j, n]
                 i = j + 1
 
     @njit(**EXACT)
