@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
+
+from .kernels import as_float, fma
 
 GELU_C = math.sqrt(2.0 / math.pi)
 LN_EPS = 1e-5
@@ -33,24 +33,6 @@ LO, HI = F(-87.0), F(88.0)   # e^x is a normal float32 in between
 ONE, HALF = F(1.0), F(0.5)
 
 
-@intrinsic
-def as_float32(typingctx, bits):
-    """The float32 whose bit pattern is the int32 `bits`."""
-    if bits != types.int32:
-        return None
-    return types.float32(types.int32), lambda context, builder, sig, args: \
-        builder.bitcast(args[0], ir.FloatType())
-
-
-@intrinsic
-def fma(typingctx, a, b, c):
-    """a * b + c rounded once (llvm.fma: one instruction where the machine has it)."""
-    if not a == b == c == types.float32:
-        return None
-    return types.float32(types.float32, types.float32, types.float32), \
-        lambda context, builder, sig, args: builder.fma(*args)
-
-
 @njit(inline="always", **FLAGS)
 def exp(x):
     """e^x in float32 within one unit in the last place (tested): x = k ln 2 + r, |r| <= ln 2 / 2,
@@ -61,7 +43,7 @@ def exp(x):
     r = fma(-k, LN2_LO, fma(-k, LN2_HI, y))
     e = fma(fma(fma(F(1 / 5040), r, F(1 / 720)), r, F(1 / 120)), r, F(1 / 24))
     e = fma(fma(fma(fma(e, r, F(1 / 6)), r, HALF), r, ONE), r, ONE)
-    e = e * as_float32(np.int32((np.int32(k) + 127) << 23))
+    e = e * as_float(np.int32((np.int32(k) + 127) << 23))
     return e if LO <= x <= HI else (F(0.0) if x < LO else (F(np.inf) if x > HI else x))
 
 A, B = F(-2.0 * GELU_C), F(-2.0 * GELU_C * 0.044715)

@@ -106,11 +106,12 @@ if numba is not None:
 
     @intrinsic
     def as_float(typingctx, bits):
-        """The float64 whose bit pattern is the int64 `bits`."""
-        if bits != types.int64:
+        """The float whose bit pattern is `bits`: an int64's float64, an int32's float32."""
+        if bits not in (types.int64, types.int32):
             return None
-        return types.float64(types.int64), lambda context, builder, sig, args: \
-            builder.bitcast(args[0], ir.DoubleType())
+        ty, llvm_ty = ((types.float64, ir.DoubleType()) if bits == types.int64 else
+                       (types.float32, ir.FloatType()))
+        return ty(bits), lambda context, builder, sig, args: builder.bitcast(args[0], llvm_ty)
 
     @intrinsic
     def borrowed(typingctx, x):
@@ -136,12 +137,12 @@ if numba is not None:
 
     @intrinsic
     def fma(typingctx, a, b, c):
-        """a * b + c rounded once (llvm.fma: the hardware's instruction where there is one,
-        else exact in software, so the result never depends on the machine)."""
-        if not a == b == c == types.float64:
+        """a * b + c rounded once, in float64 or float32 (llvm.fma: the hardware's instruction
+        where there is one, else exact in software, so the result never depends on the
+        machine)."""
+        if not (a == b == c and a in (types.float64, types.float32)):
             return None
-        return types.float64(types.float64, types.float64, types.float64), \
-            lambda context, builder, sig, args: builder.fma(*args)
+        return a(a, a, a), lambda context, builder, sig, args: builder.fma(*args)
 
     LOG2E, LN2_HI, LN2_LO = 1.4426950408889634, 6.93147180369123816490e-01, \
         1.90821492927058770002e-10
@@ -447,7 +448,7 @@ if numba is not None:
         """One seed's activations and gradients of activations, reused by every step. The last,
         (4, N), is per-position scratch for the softmaxes (attention's, then the loss's), its
         row 3 each position's index in its window."""
-        d, H, dh, m, V = dims[0], dims[1], dims[2], dims[3], dims[4]
+        d, H, m, V = dims[0], dims[1], dims[3], dims[4]
         N, hd = B * T, dims[1] * dims[2]
         rows = np.empty((4, N))
         for n in range(N):
@@ -653,7 +654,6 @@ if numba is not None:
         """Through block l's MLP, h = z + W_out act(W_in ln2(z) + b_in) + b_out: adds
         dloss/dz to dres and writes the MLP's (and ln2's) parameter gradients."""
         d, N = dres.shape
-        m = dpre.shape[0]
         x = m_in[l] if o[LN2W] >= 0 else mid[l]
         if d == 2 and not gelu:
             relu_mlp_2_back(p, g, o, x, post[l], dres, dmid)
@@ -734,8 +734,8 @@ if numba is not None:
         """Gradient of the loss into g, given dloss/dlogits in bufs[13] after forward_seed."""
         (res, mid, a_in, m_in, h1, s1, h2, s2, qkv, pat, z, pre, post, dlogits,
          dres, dmid, dz, dqkv, dpre, dpat, hf, sf, final, rows) = bufs
-        d, H, dh, m, V, n_ctx, gelu = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6]
-        L, N, hd = lay.shape[0], B * T, dims[1] * dims[2]
+        d, H, dh, V, n_ctx, gelu = dims[0], dims[1], dims[2], dims[4], dims[5], dims[6]
+        L, hd = lay.shape[0], dims[1] * dims[2]
         WE, WPOS, WU, BU, LNFW, LNFB = glob[0], glob[1], glob[2], glob[3], glob[4], glob[5]
         linear_back_w(g, WU, d, V, final if LNFW >= 0 else res[L], dlogits, 0, V, BU)
         linear_back_x(p, WU, d, V, dlogits, 0, V, dres, NO_ROWS, True)
