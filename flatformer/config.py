@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from .errors import FlatformerError
@@ -13,6 +14,11 @@ from .limits import whole
 LIMITS = {"d_model": (1, 1024), "n_heads": (1, 64), "d_head": (1, 1024), "n_layers": (1, 48),
           "d_mlp": (0, 16384), "n_ctx": (1, 2048), "d_vocab": (2, 100_000)}
 MAX_PARAMS = 20_000_000
+
+# The model's two constants, shared by every implementation: TransformerLens's LayerNorm eps
+# and GPT-2's tanh GELU's sqrt(2 / pi).
+LN_EPS = 1e-5
+GELU_C = math.sqrt(2.0 / math.pi)
 
 
 @dataclass(frozen=True)

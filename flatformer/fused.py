@@ -13,27 +13,21 @@ float64 reference in tests (test_fused.py), like the rest of float32.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit
 
-from .kernels import as_float, fma
-
-GELU_C = math.sqrt(2.0 / math.pi)
-LN_EPS = 1e-5
-
-FLAGS = dict(cache=True, nogil=True, error_model="numpy")
-# Sums over a row may reassociate (so that they run in vector lanes); `exp` stays out of
+# FAST lets sums over a row reassociate (so that they run in vector lanes); `exp` stays out of
 # such functions: its range reduction is written for the order it is given in.
-SUMS = dict(FLAGS, fastmath={"reassoc"})
+from .config import GELU_C, LN_EPS
+from .kernels import EXACT, FAST, as_float, fma
+
 F = np.float32
 LOG2E, LN2_HI, LN2_LO = F(1.4426950408889634), F(0.693359375), F(-2.12194440e-4)
 LO, HI = F(-87.0), F(88.0)   # e^x is a normal float32 in between
 ONE, HALF = F(1.0), F(0.5)
 
 
-@njit(inline="always", **FLAGS)
+@njit(inline="always", **EXACT)
 def exp(x):
     """e^x in float32 within one unit in the last place (tested): x = k ln 2 + r, |r| <= ln 2 / 2,
     e^r by its Taylor series to r^7 (the next term is below 2^-27) in Horner's scheme
@@ -50,7 +44,7 @@ A, B = F(-2.0 * GELU_C), F(-2.0 * GELU_C * 0.044715)
 C, D = F(GELU_C), F(3.0 * 0.044715 * GELU_C)
 
 
-@njit(**FLAGS)
+@njit(**EXACT)
 def gelu_kernel(pre, post, t):
     """post = 0.5 x (1 + t) = x s with t = tanh(u), u = c (x + 0.044715 x^3), computed as
     s = (1 + t) / 2 = 1 / (1 + e^(-2u)); t = 2 s - 1 is kept for the backward pass (reading
@@ -62,7 +56,7 @@ def gelu_kernel(pre, post, t):
         post[i] = x * s
 
 
-@njit(**FLAGS)
+@njit(**EXACT)
 def gelu_back_kernel(dpost, pre, t):
     """model.gelu_backward: dpost times 0.5 (1 + t) (1 + x (1 - t) c (1 + 3 * 0.044715 x^2)),
     in place."""
@@ -71,7 +65,7 @@ def gelu_back_kernel(dpost, pre, t):
         dpost[i] *= fma(fma(D * x, x, C) * x, ONE - h, ONE) * fma(HALF, h, HALF)
 
 
-@njit(**SUMS)
+@njit(**FAST)
 def layer_norm_kernel(x, w, b, scale, xhat, out):
     """model.layer_norm over rows of d: x, xhat, out (S, R, d), scale (S, R), w, b (S, d)."""
     S, R, d = x.shape
@@ -94,7 +88,7 @@ def layer_norm_kernel(x, w, b, scale, xhat, out):
                 out[s, r, i] = xh * w[s, i] + b[s, i]
 
 
-@njit(**SUMS)
+@njit(**FAST)
 def layer_norm_back_kernel(dy, xhat, scale, w, dx, gw, gb):
     """model.layer_norm_backward: dx (S, R, d) from dy, and the gain and bias gradients gw,
     gb (S, d), summed over the rows in float64 (R is thousands of rows)."""
@@ -124,7 +118,7 @@ def layer_norm_back_kernel(dy, xhat, scale, w, dx, gw, gb):
 # The row's largest entry and sum as functions of their own, so that they run in vector
 # lanes (their own flags: a maximum taken in any order, NaN aside) while the softmax
 # around them does not reassociate.
-@njit(fastmath={"reassoc", "nnan", "nsz"}, **FLAGS)
+@njit(fastmath={"reassoc", "nnan", "nsz"}, **EXACT)
 def row_max(x, r):
     top = x[r, 0]
     for i in range(1, x.shape[1]):
@@ -132,7 +126,7 @@ def row_max(x, r):
     return top
 
 
-@njit(**SUMS)
+@njit(**FAST)
 def row_sum(x, r):
     total = F(0.0)
     for i in range(x.shape[1]):
@@ -140,7 +134,7 @@ def row_sum(x, r):
     return total
 
 
-@njit(**FLAGS)
+@njit(**EXACT)
 def softmax_kernel(x):
     """Each row of x (R, T) replaced by its softmax (-inf entries give 0, a NaN makes the
     row NaN)."""
@@ -154,7 +148,7 @@ def softmax_kernel(x):
             x[r, i] /= total
 
 
-@njit(**SUMS)
+@njit(**FAST)
 def softmax_back_kernel(dp, p, divisor):
     """dp (R, T), dloss/dpattern, replaced by dloss/dscores: p (dp - sum(dp p)) / divisor
     per row."""

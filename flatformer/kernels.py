@@ -40,10 +40,8 @@ try:
 except ImportError:  # the NumPy engine does everything without it
     numba = None
 
-from .config import ModelConfig
+from .config import GELU_C, LN_EPS, ModelConfig
 
-GELU_C = math.sqrt(2.0 / math.pi)
-LN_EPS = 1e-5
 
 # Where each parameter tensor starts in one seed's vector: the whole-model ones, then per layer.
 GLOBAL = ("embed.W_E", "pos_embed.W_pos", "unembed.W_U", "unembed.b_U", "ln_final.w",
@@ -653,7 +651,7 @@ if numba is not None:
     def mlp_back(p, g, o, l, gelu, mid, m_in, h2, s2, pre, post, dres, dmid, dpre):
         """Through block l's MLP, h = z + W_out act(W_in ln2(z) + b_in) + b_out: adds
         dloss/dz to dres and writes the MLP's (and ln2's) parameter gradients."""
-        d, N = dres.shape
+        d = dres.shape[0]
         x = m_in[l] if o[LN2W] >= 0 else mid[l]
         if d == 2 and not gelu:
             relu_mlp_2_back(p, g, o, x, post[l], dres, dmid)

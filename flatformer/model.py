@@ -16,11 +16,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from .config import ModelConfig
+from .config import GELU_C, LN_EPS, ModelConfig
 from .errors import FlatformerError
 
-GELU_C = math.sqrt(2.0 / math.pi)
-LN_EPS = 1e-5
 
 
 @lru_cache(maxsize=None)

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..config import LN_EPS
 from ..model import activation, activation_grad, causal_mask
 from ..transformer import Transformer
 
-LN_EPS = 1e-5
 
 
 def _ln(x, w, b):
