@@ -39,8 +39,12 @@ def measure(name: str, folder: Path, ablation: str, steps: int | None) -> dict:
     data = TaskData.build(run.task, run.cfg.n_ctx)
     error = run.metrics[-1]["rule_error"]
     problem = build_problem(run.model(), run.task, data, ablation)
-    return {"task": name, "preset": task.model_label(), "rule_error": error,
-            **find_circuits(problem, ig_steps=5)}
+    return {
+        "task": name,
+        "preset": task.model_label(),
+        "rule_error": error,
+        **find_circuits(problem, ig_steps=5),
+    }
 
 
 def main():
@@ -49,28 +53,41 @@ def main():
     parser.add_argument("--ablation", default="mean")
     parser.add_argument("--steps", type=int, default=None, help="training steps [recipe's]")
     args = parser.parse_args()
-    print("| task | model | rule error | metric | edges | circuit | faithful | minimal "
-          "| EAP AUC / rho | EAP-IG AUC / rho | ACDC AUC, edges, faithful "
-          "| s exact / EAP / EAP-IG / ACDC |")
+    print(
+        "| task | model | rule error | metric | edges | circuit | faithful | minimal "
+        "| EAP AUC / rho | EAP-IG AUC / rho | ACDC AUC, edges, faithful "
+        "| s exact / EAP / EAP-IG / ACDC |"
+    )
     print("|" + " --- |" * 12, flush=True)
+    notes = []  # after the table: a line between its rows would end it
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.tasks.split(","):
             start = time.perf_counter()
             r = measure(name, Path(tmp), args.ablation, args.steps)
             m, c = r["methods"], r["circuit"]
-            print(f"| {name} | {r['preset']} | {r['rule_error']:.1%} | {r['metric']} "
-                  f"| {c['edges_total']} | {c['edges_kept']} | {fmt(c['faithfulness'])} "
-                  f"| {'yes' if c['minimal'] else 'no'} "
-                  f"| {fmt(m['eap']['auc'])} / {fmt(m['eap']['spearman'])} "
-                  f"| {fmt(m['eap_ig']['auc'])} / {fmt(m['eap_ig']['spearman'])} "
-                  f"| {fmt(m['acdc']['auc'])}, {m['acdc']['edges_kept']}, "
-                  f"{fmt(m['acdc']['faithfulness'])} "
-                  f"| {m['exact']['seconds']:.2f} / {m['eap']['seconds']:.2f} / "
-                  f"{m['eap_ig']['seconds']:.2f} / {m['acdc']['seconds']:.2f} |", flush=True)
-            print(f"<!-- {name}: clean {r['clean_metric']:.3f}, ablated "
-                  f"{r['ablated_metric']:.3f}, circuit {c['edges']}, "
-                  f"{time.perf_counter() - start:.0f} s with training -->", flush=True)
+            print(
+                f"| {name} | {r['preset']} | {r['rule_error']:.1%} | {r['metric']} "
+                f"| {c['edges_total']} | {c['edges_kept']} | {fmt(c['faithfulness'])} "
+                f"| {'yes' if c['minimal'] else 'no'} "
+                f"| {fmt(m['eap']['auc'])} / {fmt(m['eap']['spearman'])} "
+                f"| {fmt(m['eap_ig']['auc'])} / {fmt(m['eap_ig']['spearman'])} "
+                f"| {fmt(m['acdc']['auc'])}, {m['acdc']['edges_kept']}, "
+                f"{fmt(m['acdc']['faithfulness'])} "
+                f"| {m['exact']['seconds']:.2f} / {m['eap']['seconds']:.2f} / "
+                f"{m['eap_ig']['seconds']:.2f} / {m['acdc']['seconds']:.2f} |",
+                flush=True,
+            )
+            edges = ",".join(f"{src}>{dst}" for src, dst in c["edges"])
+            notes.append(
+                f"- {name}: clean {r['clean_metric']:.3f}, ablated {r['ablated_metric']:.3f}, "
+                f"circuit `{edges}`, {time.perf_counter() - start:.0f} s with training"
+            )
+    print("\n" + "\n".join(notes))
 
 
 if __name__ == "__main__":
-    main()
+    from common import record  # bench/, the script's own folder
+
+    title = "Circuits of every task, and the fast methods scored against them"
+    with record(__file__, title, markdown=True):
+        main()

@@ -18,8 +18,16 @@ import tempfile
 from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 READY = "() => document.documentElement.dataset.ready === 'true'"
 
 # Each knob change toggles one knob, alternating over heads, MLP, positions and beta, and
@@ -45,8 +53,17 @@ CHANGES = """(n) => {
   return {script, layout, renders: explorer.renders};
 }"""
 
-PANELS = ["input", "toolbar", "embed", "attend-0", "think-0", "readout", "knobs", "circuits",
-          "lens"]
+PANELS = [
+    "input",
+    "toolbar",
+    "embed",
+    "attend-0",
+    "think-0",
+    "readout",
+    "knobs",
+    "circuits",
+    "lens",
+]
 
 
 def median_and_p90(values):
@@ -72,11 +89,13 @@ def main():
         if run_dir is None:
             from flatformer.jobs import build_job
             from flatformer.train import train
-            job, run_dir = build_job("plus-last-even", None, "default", 0, None,
-                                     Path(tmp) / "paper", [])
+
+            job, run_dir = build_job(
+                "plus-last-even", None, "default", 0, None, Path(tmp) / "paper", []
+            )
             train(job)
         run = load_run(run_dir)
-        n_checkpoints = len(run.steps)   # read now: a temporary run folder is gone by the report
+        n_checkpoints = len(run.steps)  # read now: a temporary run folder is gone by the report
         page_file = Path(tmp) / "explorer.html"
         page_file.write_text(render_html(run), encoding="utf-8")
         size = page_file.stat().st_size
@@ -96,7 +115,7 @@ def main():
             page = context.new_page()
             page.goto(page_file.as_uri())
             page.wait_for_function(READY)
-            page.evaluate(CHANGES, 8)                   # warm the JIT, as a user's first clicks do
+            page.evaluate(CHANGES, 8)  # warm the JIT, as a user's first clicks do
             timing = page.evaluate(CHANGES, args.changes)
             if args.screenshots:
                 context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -111,14 +130,20 @@ def main():
     r_med, r_max = statistics.median(ready), max(ready)
     s_med, s_p90 = median_and_p90(timing["script"])
     l_med, l_p90 = median_and_p90(timing["layout"])
-    print(f"explorer speed: {run.cfg.n_params}-parameter {run.config.get('preset')} model, "
-          f"{n_checkpoints} checkpoints, {size / 1e6:.2f} MB page, Chromium {version}, "
-          f"machine load {load:.1f} on {os.cpu_count()} cores")
-    print(f"  navigation to ready ({args.loads} cold loads): median {r_med:.0f} ms, "
-          f"worst {r_max:.0f} ms (budget 1000 ms)")
-    print(f"  full re-render after a knob change ({args.changes} changes): "
-          f"median {s_med:.1f} ms, p90 {s_p90:.1f} ms (budget 16 ms); "
-          f"with layout forced: median {l_med:.1f} ms, p90 {l_p90:.1f} ms")
+    print(
+        f"explorer speed: {run.cfg.n_params}-parameter {run.config.get('preset')} model, "
+        f"{n_checkpoints} checkpoints, {size / 1e6:.2f} MB page, Chromium {version}, "
+        f"machine load {load:.1f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"  navigation to ready ({args.loads} cold loads): median {r_med:.0f} ms, "
+        f"worst {r_max:.0f} ms (budget 1000 ms)"
+    )
+    print(
+        f"  full re-render after a knob change ({args.changes} changes): "
+        f"median {s_med:.1f} ms, p90 {s_p90:.1f} ms (budget 16 ms); "
+        f"with layout forced: median {l_med:.1f} ms, p90 {l_p90:.1f} ms"
+    )
 
 
 def shoot(page, folder: Path):
@@ -137,4 +162,7 @@ def shoot(page, folder: Path):
 
 
 if __name__ == "__main__":
-    main()
+    from common import record  # bench/, the script's own folder
+
+    with record(__file__, "The explorer in Chromium"):
+        main()

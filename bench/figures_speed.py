@@ -35,23 +35,45 @@ def main():
         run = args.run
         if run is None:
             run = Path(tmp) / "run"
-            subprocess.run([sys.executable, "-m", "flatformer", "train", "plus-last-even",
-                            "--out", str(run)], check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "flatformer", "train", "plus-last-even", "--out", str(run)],
+                check=True,
+                capture_output=True,
+            )
         for jobs in (int(j) for j in args.jobs.split(",")):
             out = Path(tmp) / f"figures_{jobs}"
             cpu0, wall0 = children_cpu(), time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "flatformer", "figures", str(run),
-                                   "--format", args.format, "--jobs", str(jobs), "--out",
-                                   str(out)], capture_output=True, text=True)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "flatformer",
+                    "figures",
+                    str(run),
+                    "--format",
+                    args.format,
+                    "--jobs",
+                    str(jobs),
+                    "--out",
+                    str(out),
+                ],
+                capture_output=True,
+                text=True,
+            )
             wall, cpu = time.perf_counter() - wall0, children_cpu() - cpu0
             if done.returncode:
                 sys.exit(done.stderr)
             n = len(list(out.glob(f"*.{args.format}")))
             load = os.getloadavg()[0]
-            print(f"{n} figures ({args.format}), {jobs} process{'es' if jobs > 1 else ''}: "
-                  f"{wall:.1f} s wall, {cpu:.1f} s CPU (load average {load:.1f} on "
-                  f"{os.cpu_count()} cores); budget 15 s, the paper's code about 75 s")
+            print(
+                f"{n} figures ({args.format}), {jobs} process{'es' if jobs > 1 else ''}: "
+                f"{wall:.1f} s wall, {cpu:.1f} s CPU (load average {load:.1f} on "
+                f"{os.cpu_count()} cores); budget 15 s, the paper's code about 75 s"
+            )
 
 
 if __name__ == "__main__":
-    main()
+    from common import record  # bench/, the script's own folder
+
+    with record(__file__, "Drawing one checkpoint's figures"):
+        main()

@@ -27,7 +27,7 @@ import numpy as np
 from flatformer.analysis.grokking import progress
 from flatformer.data import TaskData
 from flatformer.jobs import build_job, parse_seeds
-from flatformer.model import backward, cross_entropy, forward, init_params
+from flatformer.engine.model import backward, cross_entropy, forward, init_params
 from flatformer.runs import load_run
 from flatformer.train import train
 
@@ -46,11 +46,14 @@ def step_costs(folder: Path, sets: list[str], repeat: int = 20) -> None:
         params = init_params(job.cfg, [np.random.default_rng(0)], job.recipe.embed_init_scale)
         params = params.like(params.flat.astype(dtype))
         for name, at in (("every position", None), ("read positions", read)):
+
             def step():
                 logits, cache = forward(params, inputs, read=at)
                 pick = slice(None) if at is None else at
-                backward(params, cache, cross_entropy(logits, targets[..., pick],
-                                                      weights[..., pick])[1])
+                backward(
+                    params, cache, cross_entropy(logits, targets[..., pick], weights[..., pick])[1]
+                )
+
             step()
             cpu = time.process_time()
             for _ in range(repeat):
@@ -69,11 +72,23 @@ def measure(seed: int, folder: Path, sets: list[str]) -> dict:
     g = progress(load_run(out))
     steps, train_acc, test_acc = g["steps"], g["train_accuracy"], g["test_accuracy"]
     first = lambda values, at: next((s for s, v in zip(steps, values) if v >= at), None)  # noqa
-    return {"seed": seed, "memorised": first(train_acc, 1.0), "grokked": first(test_acc, GROKKED),
-            "final": test_acc[-1], "keys": g["key_frequencies"], "share": g["key_share"],
-            "phases": g["phases"], "falls": g["falls"], "algorithm": g["algorithm"]["name"],
-            "wall": wall, "cpu": cpu, "steps": job.recipe.steps, "cfg": job.cfg,
-            "p": job.task.p, "fraction": job.task.train_fraction}
+    return {
+        "seed": seed,
+        "memorised": first(train_acc, 1.0),
+        "grokked": first(test_acc, GROKKED),
+        "final": test_acc[-1],
+        "keys": g["key_frequencies"],
+        "share": g["key_share"],
+        "phases": g["phases"],
+        "falls": g["falls"],
+        "algorithm": g["algorithm"]["name"],
+        "wall": wall,
+        "cpu": cpu,
+        "steps": job.recipe.steps,
+        "cfg": job.cfg,
+        "p": job.task.p,
+        "fraction": job.task.train_fraction,
+    }
 
 
 def main():
@@ -91,24 +106,42 @@ def main():
         for seed in parse_seeds(args.seeds):
             r = measure(seed, Path(tmp), args.sets)
             if not rows:
-                print(f"p = {r['p']}, {r['fraction']:.0%} of pairs train, {r['cfg'].n_params:,} "
-                      f"parameters, {r['steps']:,} full-batch steps")
-                print(f"{'seed':>4s} {'memorised':>9s} {'grokked':>8s} {'final':>7s} "
-                      f"{'wall s':>7s} {'cpu s':>6s}  {'restricted/test halved':>24s}  "
-                      f"{'phases end':>16s}  key frequencies (share)")
+                print(
+                    f"p = {r['p']}, {r['fraction']:.0%} of pairs train, {r['cfg'].n_params:,} "
+                    f"parameters, {r['steps']:,} full-batch steps"
+                )
+                print(
+                    f"{'seed':>4s} {'memorised':>9s} {'grokked':>8s} {'final':>7s} "
+                    f"{'wall s':>7s} {'cpu s':>6s}  {'restricted/test halved':>24s}  "
+                    f"{'phases end':>16s}  key frequencies (share)"
+                )
             rows.append(r)
             falls = f"{r['falls']['restricted_loss']}/{r['falls']['test_loss']}"
             phases = "/".join(str(v) for v in r["phases"].values())
-            print(f"{r['seed']:>4d} {str(r['memorised']):>9s} {str(r['grokked']):>8s} "
-                  f"{r['final']:>7.2%} {r['wall']:>7.1f} {r['cpu']:>6.1f}  {falls:>24s}  "
-                  f"{phases:>16s}  {r['keys']} ({r['share']:.0%}) {r['algorithm']}", flush=True)
-    ok = [r for r in rows if r["grokked"] and r["final"] >= GROKKED and r["memorised"]
-          and r["memorised"] < r["grokked"]]
-    print(f"{len(ok)} of {len(rows)} seeds grokked (memorised first, >= {GROKKED:.0%} held-out "
-          f"at the end); CPU seconds max {max(r['cpu'] for r in rows):.1f}, wall seconds max "
-          f"{max(r['wall'] for r in rows):.1f}; load average after: "
-          + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
+            print(
+                f"{r['seed']:>4d} {str(r['memorised']):>9s} {str(r['grokked']):>8s} "
+                f"{r['final']:>7.2%} {r['wall']:>7.1f} {r['cpu']:>6.1f}  {falls:>24s}  "
+                f"{phases:>16s}  {r['keys']} ({r['share']:.0%}) {r['algorithm']}",
+                flush=True,
+            )
+    ok = [
+        r
+        for r in rows
+        if r["grokked"]
+        and r["final"] >= GROKKED
+        and r["memorised"]
+        and r["memorised"] < r["grokked"]
+    ]
+    print(
+        f"{len(ok)} of {len(rows)} seeds grokked (memorised first, >= {GROKKED:.0%} held-out "
+        f"at the end); CPU seconds max {max(r['cpu'] for r in rows):.1f}, wall seconds max "
+        f"{max(r['wall'] for r in rows):.1f}; load average after: "
+        + ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    )
 
 
 if __name__ == "__main__":
-    main()
+    from common import record  # bench/, the script's own folder
+
+    with record(__file__, "Grokking modular addition"):
+        main()

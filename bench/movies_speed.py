@@ -23,8 +23,7 @@ from pathlib import Path
 import imageio.v2 as imageio
 import imageio.v3 as iio
 
-MOVIES = ["mov1_embeddings", "mov2_landscape", "mov3_qkv", "mov4_qk_space",
-          "mov5_qk_attention"]
+MOVIES = ["mov1_embeddings", "mov2_landscape", "mov3_qkv", "mov4_qk_space", "mov5_qk_attention"]
 
 
 def descendants(root: int) -> list[int]:
@@ -69,8 +68,13 @@ def measure(cmd: list[str]):
     out, err = proc.communicate()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return seconds, cpu, peak_rss / 1024, peak_pss / 1024, subprocess.CompletedProcess(
-        cmd, proc.returncode, out, err)
+    return (
+        seconds,
+        cpu,
+        peak_rss / 1024,
+        peak_pss / 1024,
+        subprocess.CompletedProcess(cmd, proc.returncode, out, err),
+    )
 
 
 def main():
@@ -83,30 +87,43 @@ def main():
         run = args.run
         if run is None:
             run = Path(tmp) / "run"
-            subprocess.run(flatformer + ["train", "plus-last-even", "--out", str(run)],
-                           check=True, capture_output=True)
+            subprocess.run(
+                flatformer + ["train", "plus-last-even", "--out", str(run)],
+                check=True,
+                capture_output=True,
+            )
         out = Path(tmp) / "movies"
         load = os.getloadavg()[0]
-        seconds, cpu, rss, pss, proc = measure(flatformer + [
-            "animate", str(run), "--out", str(out), "--workers", str(args.workers)])
+        seconds, cpu, rss, pss, proc = measure(
+            flatformer + ["animate", str(run), "--out", str(out), "--workers", str(args.workers)]
+        )
         if proc.returncode:
             sys.exit(f"animate failed: {proc.stderr.strip()}")
         n_checkpoints = len(list((run / "checkpoints").glob("step_*.safetensors")))
-        print(f"run: {run} ({n_checkpoints} checkpoints); load average before: {load:.1f} "
-              f"on {os.cpu_count()} cores")
+        print(
+            f"run: {n_checkpoints} checkpoints; load average before: {load:.1f} "
+            f"on {os.cpu_count()} cores"
+        )
         for name in MOVIES:
             mp4 = imageio.get_reader(out / f"{name}.mp4")
             frames_mp4, size = mp4.count_frames(), mp4.get_meta_data()["size"]
             mp4.close()
             frames_gif = iio.improps(out / f"{name}.gif", index=None).shape[0]
-            print(f"  {name:18s} {size[0]}x{size[1]}  mp4 {frames_mp4} frames "
-                  f"{(out / f'{name}.mp4').stat().st_size / 1e6:5.1f} MB   gif {frames_gif} "
-                  f"frames {(out / f'{name}.gif').stat().st_size / 1e6:5.1f} MB")
+            print(
+                f"  {name:18s} {size[0]}x{size[1]}  mp4 {frames_mp4} frames "
+                f"{(out / f'{name}.mp4').stat().st_size / 1e6:5.1f} MB   gif {frames_gif} "
+                f"frames {(out / f'{name}.gif').stat().st_size / 1e6:5.1f} MB"
+            )
         verdict = "within" if seconds <= 90 and pss <= 1024 else "OVER"
-        print(f"all five movies, mp4 + gif, {args.workers} workers: {seconds:.1f} s wall "
-              f"({cpu:.1f} s CPU over all processes), peak memory {pss:.0f} MB PSS "
-              f"({rss:.0f} MB summed RSS); budget 90 s / 1 GB: {verdict}")
+        print(
+            f"all five movies, mp4 + gif, {args.workers} workers: {seconds:.1f} s wall "
+            f"({cpu:.1f} s CPU over all processes), peak memory {pss:.0f} MB PSS "
+            f"({rss:.0f} MB summed RSS); budget 90 s / 1 GB: {verdict}"
+        )
 
 
 if __name__ == "__main__":
-    main()
+    from common import record  # bench/, the script's own folder
+
+    with record(__file__, "The five learning-dynamics movies"):
+        main()

@@ -25,16 +25,22 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for recipe in args.recipes.split(","):
-            job, _ = build_job("plus-last-even", None, recipe, 0, args.seeds,
-                               Path(tmp) / recipe, [])
+            job, _ = build_job(
+                "plus-last-even", None, recipe, 0, args.seeds, Path(tmp) / recipe, []
+            )
             start = time.perf_counter()
             trainer = train(job)
             seconds = time.perf_counter() - start
             errors = np.array([m[-1]["rule_error"] for m in trainer.metrics])
-            print(f"{recipe:8s} seeds {args.seeds}: {np.sum(errors <= LEARNED)}/{len(errors)} at "
-                  f"<= 1%, median {np.median(errors):.2%}, worst {errors.max():.2%}, "
-                  f"{seconds:.0f} s")
+            print(
+                f"{recipe:8s} seeds {args.seeds}: {np.sum(errors <= LEARNED)}/{len(errors)} at "
+                f"<= 1%, median {np.median(errors):.2%}, worst {errors.max():.2%}, "
+                f"{seconds:.0f} s"
+            )
 
 
 if __name__ == "__main__":
-    main()
+    from common import record  # bench/, the script's own folder
+
+    with record(__file__, "The paper's recipe against the default"):
+        main()

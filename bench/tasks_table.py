@@ -43,10 +43,17 @@ def measure(name: str, folder: Path, seeds: str, preset: str | None, sets: list[
     off = np.abs(curves - errors[:, None]).max(0) > 0.01
     settled = steps[int(np.flatnonzero(off)[-1]) + 1] if off.any() else 0
     label = task.model_label() if preset is None else preset
-    return {"task": task, "preset": label, "params": job.cfg.n_params,
-            "steps": job.recipe.steps, "errors": errors, "median": float(np.median(errors)),
-            "train_loss": float(np.median(losses)), "settled": settled,
-            "seconds": time.perf_counter() - start}
+    return {
+        "task": task,
+        "preset": label,
+        "params": job.cfg.n_params,
+        "steps": job.recipe.steps,
+        "errors": errors,
+        "median": float(np.median(errors)),
+        "train_loss": float(np.median(losses)),
+        "settled": settled,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def main():
@@ -57,20 +64,29 @@ def main():
     parser.add_argument("--preset", default=None)
     parser.add_argument("--set", dest="sets", action="append", default=[])
     args = parser.parse_args()
-    print(f"{'task':16s} {'V':>3s} {'preset':27s} {'params':>6s} {'steps':>6s}  "
-          f"{'rule error per seed':28s} {'median':>7s} {'constant':>8s} {'claimed':>8s} "
-          f"{'train loss':>10s} {'settled':>7s} {'time':>6s}", flush=True)
+    print(
+        f"{'task':16s} {'V':>3s} {'preset':27s} {'params':>6s} {'steps':>6s}  "
+        f"{'rule error per seed':28s} {'median':>7s} {'constant':>8s} {'claimed':>8s} "
+        f"{'train loss':>10s} {'settled':>7s} {'time':>6s}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.tasks.split(","):
             r = measure(name, Path(tmp), args.seeds, args.preset, args.sets)
             task = r["task"]
             claimed = "-" if task.measured_error is None else f"{task.measured_error:.1%}"
             per_seed = " ".join(f"{e:6.1%}" for e in r["errors"])
-            print(f"{name:16s} {len(task.vocab):3d} {r['preset']:27s} {r['params']:6d} "
-                  f"{r['steps']:6d}  {per_seed:28s} {r['median']:7.1%} "
-                  f"{constant_guess_error(task):8.1%} {claimed:>8s} {r['train_loss']:10.3f} "
-                  f"{r['settled']:7d} {r['seconds']:5.0f}s", flush=True)
+            print(
+                f"{name:16s} {len(task.vocab):3d} {r['preset']:27s} {r['params']:6d} "
+                f"{r['steps']:6d}  {per_seed:28s} {r['median']:7.1%} "
+                f"{constant_guess_error(task):8.1%} {claimed:>8s} {r['train_loss']:10.3f} "
+                f"{r['settled']:7d} {r['seconds']:5.0f}s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
-    main()
+    from common import record  # bench/, the script's own folder
+
+    with record(__file__, "Every task: its smallest model and the rule error it reaches"):
+        main()

@@ -19,7 +19,8 @@ def load_commands():
     import pkgutil
 
     from . import commands
-    first = ["train", "reproduce"]          # --help lists the everyday commands first
+
+    first = ["train", "reproduce"]  # --help lists the everyday commands first
     names = sorted(info.name for info in pkgutil.iter_modules(commands.__path__))
     for name in first + [n for n in names if n not in first]:
         importlib.import_module(f"{commands.__name__}.{name}")
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None):
     load_commands()
     argv = sys.argv[1:] if argv is None else argv
     import numpy as np
+
     np.seterr(all="ignore")  # a diverging run is reported once, by the trainer's NaN check
     try:
         refuse_empty_arguments(argv)

@@ -26,29 +26,37 @@ def evenly_spaced(n: int, k: int) -> np.ndarray:
 class Corpus:
     """Sequences laid end to end, with each position's rule target and source as global indices."""
 
-    tokens: np.ndarray     # (L,)
-    target: np.ndarray     # (L,) forced token or -1
-    source: np.ndarray     # (L,) global index of the token the target depends on, or -1
-    starts: np.ndarray     # (n_seqs,) where each sequence begins
-    ends: np.ndarray       # (n_seqs,) one past where it ends
+    tokens: np.ndarray  # (L,)
+    target: np.ndarray  # (L,) forced token or -1
+    source: np.ndarray  # (L,) global index of the token the target depends on, or -1
+    starts: np.ndarray  # (n_seqs,) where each sequence begins
+    ends: np.ndarray  # (n_seqs,) one past where it ends
     # What the rule error counts (only built for held-out sets): `Task.allowed` per position.
-    allowed: np.ndarray | None = None          # (L, V) tokens the rule allows
-    allowed_source: np.ndarray | None = None   # (L,) global index deciding it, or -1
+    allowed: np.ndarray | None = None  # (L, V) tokens the rule allows
+    allowed_source: np.ndarray | None = None  # (L,) global index deciding it, or -1
     # Which targets count in the loss (`Task.answer_only`: the forced ones); None: every one.
-    counted: np.ndarray | None = None          # (L,) bool
+    counted: np.ndarray | None = None  # (L,) bool
 
     @classmethod
-    def from_sequences(cls, task: Task, seqs: list[np.ndarray],
-                       with_allowed: bool = False) -> "Corpus":
+    def from_sequences(
+        cls, task: Task, seqs: list[np.ndarray], with_allowed: bool = False
+    ) -> "Corpus":
         lengths = np.array([len(s) for s in seqs])
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
 
         def globalise(sources):
-            return np.concatenate([np.where(src >= 0, src + start, -1)
-                                   for src, start in zip(sources, starts)])
+            return np.concatenate(
+                [np.where(src >= 0, src + start, -1) for src, start in zip(sources, starts)]
+            )
+
         targets, sources = zip(*(task.rule(s) for s in seqs))
-        corpus = cls(np.concatenate(seqs), np.concatenate(targets), globalise(sources), starts,
-                     starts + lengths)
+        corpus = cls(
+            np.concatenate(seqs),
+            np.concatenate(targets),
+            globalise(sources),
+            starts,
+            starts + lengths,
+        )
         if task.answer_only:
             corpus.counted = corpus.target >= 0
         if with_allowed:
@@ -70,8 +78,11 @@ class Corpus:
         """
         idx = starts[..., None] + np.arange(n_ctx + 1)
         inputs, targets = self.tokens[idx[..., :-1]], self.tokens[idx[..., 1:]]
-        weights = (np.ones(targets.shape) if self.counted is None
-                   else self.counted[idx[..., 1:]].astype(np.float64))
+        weights = (
+            np.ones(targets.shape)
+            if self.counted is None
+            else self.counted[idx[..., 1:]].astype(np.float64)
+        )
         if drop_unseen:
             pos = idx[..., 1:]
             unseen = (self.target[pos] >= 0) & (self.source[pos] < starts[..., None])
@@ -103,11 +114,11 @@ class TaskData:
     train_starts: np.ndarray
     val_inputs: np.ndarray
     val_targets: np.ndarray
-    val_weights: np.ndarray    # 1 where a held-out target counts in the loss
+    val_weights: np.ndarray  # 1 where a held-out target counts in the loss
     rule_inputs: np.ndarray
     rule_index: np.ndarray
-    rule_targets: np.ndarray   # (R,) the forced target, or -1 where several tokens are allowed
-    rule_allowed: np.ndarray   # (R, V) the tokens the rule allows: a top prediction outside errs
+    rule_targets: np.ndarray  # (R,) the forced target, or -1 where several tokens are allowed
+    rule_allowed: np.ndarray  # (R, V) the tokens the rule allows: a top prediction outside errs
 
     @classmethod
     def build(cls, task: Task, n_ctx: int, data_seed: int = 0) -> "TaskData":
@@ -117,11 +128,22 @@ class TaskData:
         # Held-out loss: 400 fixed windows (the source's 50 batches of 8), evenly spaced over
         # the non-overlapping windows of the held-out sequences: no sampling noise between
         # evaluations, at half the cost of all of them. A task of fixed examples counts all.
-        val_starts = np.concatenate([np.arange(s, e - n_ctx, n_ctx)
-                                     for s, e in zip(held.starts, held.ends)])
+        val_starts = np.concatenate(
+            [np.arange(s, e - n_ctx, n_ctx) for s, e in zip(held.starts, held.ends)]
+        )
         if not task.answer_only:
             val_starts = val_starts[evenly_spaced(len(val_starts), VAL_WINDOWS)]
         val_inputs, val_targets, val_weights = held.windows(val_starts, n_ctx, drop_unseen=False)
         rule_inputs, rule_index, rule_targets, rule_allowed = held.rule_windows(n_ctx)
-        return cls(train, held, train.window_starts(n_ctx), val_inputs, val_targets,
-                   val_weights, rule_inputs, rule_index, rule_targets, rule_allowed)
+        return cls(
+            train,
+            held,
+            train.window_starts(n_ctx),
+            val_inputs,
+            val_targets,
+            val_weights,
+            rule_inputs,
+            rule_index,
+            rule_targets,
+            rule_allowed,
+        )

@@ -26,16 +26,28 @@ def hold(folder, what: str):
         yield
         return
     folder = Path(folder)
+    if folder.is_symlink():
+        raise FlatformerError(
+            f"cannot lock {folder}: it is a symbolic link; give the folder it points to"
+        )
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # never through a link planted at the lock's name
+        fd = os.open(folder / NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:
+        raise FlatformerError(
+            f"cannot lock {folder} ({exc.strerror}): {folder / NAME} must be "
+            f"a file of its own, not a link; remove it"
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise FlatformerError(f"{folder} is in use: process {holder} is writing it "
-                                  f"({what}); wait for it to finish or choose another "
-                                  f"--out") from None
+            raise FlatformerError(
+                f"{folder} is in use: process {holder} is writing it "
+                f"({what}); wait for it to finish or choose another "
+                f"--out"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
@@ -57,12 +69,15 @@ def hold_all(folders: list, what: str):
     file, so the open-file limit is raised toward its hard limit when a job needs more."""
     try:
         import resource
+
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         wanted = len(folders) + 256  # what the process already has open, with room
         if soft != resource.RLIM_INFINITY and wanted > soft:
             if hard != resource.RLIM_INFINITY and wanted > hard:
-                raise FlatformerError(f"{len(folders)} run folders need {wanted} open files but "
-                                      f"this system allows {hard}: train fewer seeds at a time")
+                raise FlatformerError(
+                    f"{len(folders)} run folders need {wanted} open files but "
+                    f"this system allows {hard}: train fewer seeds at a time"
+                )
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     except ImportError:  # Windows: no lock taken either
         pass

@@ -30,6 +30,7 @@ class Explorer:
 
     def __init__(self, document: str, height: int, label: str):
         from .explorer import iframe_html
+
         self.document = document
         self.height = height
         self.label = label
@@ -43,14 +44,28 @@ class Explorer:
         return f"<flatformer explorer: {self.label}; display it in a notebook to see the page>"
 
 
-def show(run: Run | str | Path | Transformer, step: int | None = None, *, height: int = 900,
-         vocab: list[str] | None = None, max_checkpoints: int | None = None) -> Explorer:
+def show(
+    run: Run | str | Path | Transformer,
+    step: int | None = None,
+    *,
+    height: int = 900,
+    vocab: list[str] | None = None,
+    max_checkpoints: int | None = None,
+) -> Explorer:
     """The explorer for `run` (a run folder, a loaded `Run`, or a `Transformer` with `vocab`),
-    opening at checkpoint `step` (default: the last), to display inline in a notebook."""
+    opening at checkpoint `step` (default: the last), to display inline in a notebook.
+
+    Example, in a notebook cell after `flatformer train plus-last-even`:
+
+    >>> import flatformer
+    >>> flatformer.show("runs/plus-last-even-seed0", height=700)   # doctest: +SKIP
+    """
     from .explorer import render_html
+
     if not isinstance(height, int) or isinstance(height, bool) or not 200 <= height <= 10_000:
-        raise FlatformerError(f"show: height must be a whole number of pixels in 200..10000, "
-                              f"not {height!r}")
+        raise FlatformerError(
+            f"show: height must be a whole number of pixels in 200..10000, not {height!r}"
+        )
     if isinstance(run, Transformer):
         label = f"an in-memory model ({run.cfg.n_params} parameters)"
     else:

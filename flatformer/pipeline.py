@@ -27,6 +27,7 @@ def quiet(stage: str, i: int, n: int, message: str):
 
 # --------------------------------------------------------------------------- train
 
+
 def train_info(trainer) -> str:
     """The latest held-out numbers of a trainer: one seed's, or the median over many."""
     rows = [m[-1] for m in trainer.metrics if m]
@@ -36,24 +37,36 @@ def train_info(trainer) -> str:
     errors = sorted(r["rule_error"] for r in rows)
     if len(rows) == 1:
         return f"loss {losses[0]:.3f}, rule error {errors[0]:.1%}"
-    return (f"median loss {losses[len(losses) // 2]:.3f}, "
-            f"rule error {errors[len(errors) // 2]:.1%}")
+    return f"median loss {losses[len(losses) // 2]:.3f}, rule error {errors[len(errors) // 2]:.1%}"
+
+
+def compile_notice() -> str:
+    from .engine.kernels import compile_seconds
+
+    return (
+        f"compiling the engine, once (~{compile_seconds()} s; later runs start at once "
+        f"from numba's cache)..."
+    )
 
 
 def train_job(job, resume: bool = False, progress: Progress = quiet):
     """Train `job` (a `train.Job`), reporting every 100 steps; returns the Trainer."""
     from .jobs import capped_note
     from .train import train
+
     total, note = job.recipe.steps, capped_note(job)
     started = []
 
     def report(trainer):
-        if trainer.step % 100 and trainer.step != total:
+        if started and trainer.step % 100 and trainer.step != total:
             return
-        if note and not started:   # on the first report: a refused folder shows only its error
+        if note and not started:  # on the first report: a refused folder shows only its error
             progress("note", 0, 0, note)
         started.append(True)
         progress("train", trainer.step, total, train_info(trainer))
+
+    if job.engine.cold():  # at once, before the task's data is even built
+        progress("note", 0, 0, compile_notice())
     return train(job, resume=resume, progress=report)
 
 
@@ -61,16 +74,18 @@ def train_job(job, resume: bool = False, progress: Progress = quiet):
 
 FORMATS = ("png", "pdf", "svg")
 # Fixed metadata keeps vector files byte-identical between runs (no creation dates).
-METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "ModDate": None},
-            "svg": {"Date": None}}
+METADATA = {
+    "png": {"Software": None},
+    "pdf": {"CreationDate": None, "ModDate": None},
+    "svg": {"Date": None},
+}
 
 
 def parse_formats(text: str) -> list[str]:
     formats = [f.strip().lower().lstrip(".") for f in text.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
-        raise FlatformerError(f"--format takes a comma list of {', '.join(FORMATS)}, "
-                              f"got {text!r}")
+        raise FlatformerError(f"--format takes a comma list of {', '.join(FORMATS)}, got {text!r}")
     return list(dict.fromkeys(formats))
 
 
@@ -82,8 +97,9 @@ def select(names: list[str], only: str | None) -> list[str]:
     picked = [n for n in names if any(n == w or n.startswith(w) for w in wanted)]
     unknown = [w for w in wanted if not any(n == w or n.startswith(w) for n in names)]
     if unknown:
-        raise FlatformerError(f"--only: no figure named {unknown[0]!r}; figures: "
-                              f"{', '.join(names)}")
+        raise FlatformerError(
+            f"--only: no figure named {unknown[0]!r}; figures: {', '.join(names)}"
+        )
     return picked
 
 
@@ -94,18 +110,20 @@ def save(fig, path: Path, fmt: str):
     from .figures.panels import RC
     from .figures.style import DPI
     from .runs import atomic_write
+
     buffer = io.BytesIO()
-    with matplotlib.rc_context(RC):   # vector text settings apply when the file is written
+    with matplotlib.rc_context(RC):  # vector text settings apply when the file is written
         fig.savefig(buffer, format=fmt, dpi=DPI, metadata=METADATA[fmt])
     atomic_write(path, buffer.getvalue())
 
 
-_JOB: dict = {}   # what a forked worker draws from: set by draw_suite before the fork
+_JOB: dict = {}  # what a forked worker draws from: set by draw_suite before the fork
 
 
 def draw_one(name: str) -> tuple[str, list[Path], str | None]:
     """Draw and save one figure of the current job: (name, written paths, skip message)."""
     from .figures import NotInPlane
+
     ctx, folder, formats = _JOB["ctx"], _JOB["folder"], _JOB["formats"]
     compute, draw = _JOB["figures"][name]
     try:
@@ -119,20 +137,33 @@ def draw_one(name: str) -> tuple[str, list[Path], str | None]:
     return name, paths, None
 
 
-def draw_suite(run_path: Path, step: int | None = None, sequence: str | None = None,
-               formats=("png",), out_dir: Path | None = None, only: str | None = None,
-               jobs: int = 2, progress: Progress = quiet):
+def draw_suite(
+    run_path: Path,
+    step: int | None = None,
+    sequence: str | None = None,
+    formats=("png",),
+    out_dir: Path | None = None,
+    only: str | None = None,
+    jobs: int = 2,
+    progress: Progress = quiet,
+):
     """Draw every selected figure, in `jobs` forked processes; returns (context, folder,
     written paths, skip messages)."""
     import multiprocessing
 
     from .figures import FigureContext, NotInPlane, figures_for
-    from .runs import load_run
+    from .runs import OUTPUT_SUFFIXES, claim_folder, holds_only, load_run
+
+    figure_files = holds_only(*OUTPUT_SUFFIXES)
+    if out_dir:
+        claim_folder(out_dir, "--out", figure_files)
     run = load_run(run_path)
     ctx = FigureContext(run, step, sequence)
+    check_figures_memory(run.cfg, jobs, ctx.resolution)
     registry = figures_for(run.task)
     names = select(list(registry), only)
     folder = Path(out_dir) if out_dir else run.path / "figures" / f"step_{ctx.step:06d}"
+    claim_folder(folder, "--out" if out_dir else "figure folder", figure_files)
     folder.mkdir(parents=True, exist_ok=True)
     # Shared computations happen once, before any fork, so workers inherit them.
     ctx.trace, ctx.projections, ctx.embeddings, ctx.limits
@@ -141,7 +172,7 @@ def draw_suite(run_path: Path, step: int | None = None, sequence: str | None = N
     except NotInPlane:
         pass
     if any(n.startswith("grok") for n in names):
-        ctx.grokking   # modular-addition: the measures over every checkpoint, once for all
+        ctx.grokking  # modular-addition: the measures over every checkpoint, once for all
     _JOB.update(ctx=ctx, folder=folder, formats=list(formats), figures=registry)
     written, skipped = [], []
     forking = jobs > 1 and len(names) > 1 and "fork" in multiprocessing.get_all_start_methods()
@@ -171,40 +202,119 @@ def draw_suite(run_path: Path, step: int | None = None, sequence: str | None = N
 MAX_FPS = 50  # browsers play GIF delays under 20 ms at 100 ms, so faster GIFs would be slower
 
 
-def write_movies(run_dir: Path, movies: str | None = None, formats: str | None = None,
-                 fps: int = 20, head: int = 0, workers: int = 2, out_dir: Path | None = None,
-                 progress: Progress = quiet) -> tuple[dict[str, list[Path]], dict[str, str]]:
-    """Render the movies of the run in `run_dir` to `out_dir` (default RUN/movies); returns
-    ({movie: [paths]}, {movie this model cannot have: why})."""
+def check_figures_memory(cfg, jobs: int, resolution: int, memory: int | None = None):
+    """Refuse figures whose drawing processes need more than the machine's memory, with the
+    --jobs that fits."""
+    from .resources import available_memory, check_memory, figures_memory
+
+    memory = available_memory() if memory is None else memory
+    fit = max(
+        (n for n in range(1, jobs) if figures_memory(cfg, n, resolution) <= (memory or 0)),
+        default=0,
+    )
+    hint = f"--jobs {fit} would fit" if fit else "free some memory"
+    check_memory(
+        figures_memory(cfg, jobs, resolution), f"drawing with {jobs} processes", hint, memory
+    )
+
+
+def write_movies(
+    run_dir: Path,
+    movies: str | None = None,
+    formats: str | None = None,
+    fps: int = 20,
+    head: int = 0,
+    workers: int = 2,
+    out_dir: Path | None = None,
+    progress: Progress = quiet,
+    every: int = 1,
+    note=lambda line: None,
+    memory: int | None = None,
+) -> tuple[dict[str, list[Path]], dict[str, str]]:
+    """Render the movies of the run in `run_dir` to `out_dir` (default RUN/movies), one frame
+    per `every`-th checkpoint; returns ({movie: [paths]}, {movie this model cannot have: why}).
+    The memory it needs is estimated first, told to `note` and refused when over `memory`
+    (default: what the machine has available)."""
     if not 1 <= fps <= MAX_FPS:
         raise FlatformerError(f"--fps must be between 1 and {MAX_FPS}, got {fps}")
     processes("--workers", workers)
     from . import movies as mv
-    from .runs import load_run
+    from .runs import OUTPUT_SUFFIXES, claim_folder, holds_only, load_run
+
+    movie_files = holds_only(*OUTPUT_SUFFIXES)  # a killed render's .NAME.partJ files included
+    if out_dir:
+        claim_folder(out_dir, "--out", movie_files)
     run = load_run(run_dir)
     names = mv.movie_names(movies, run.config.get("task"))
     chosen = mv.formats(formats)
+    estimate = check_movie_memory(run, names, every, workers, memory)
     progress("movies", 0, 0, "loading checkpoints and computing every frame")
-    ck = mv.load_checkpoints(run)
+    ck = mv.load_checkpoints(run, every=every)
     scenes, skipped = mv.prepare(ck, names, head)
     if not scenes:
         raise FlatformerError("none of the requested movies can be made for this run")
-    folder = Path(out_dir) if out_dir else run.path / "movies"
+    note(estimate)  # once every option is proven good, so a refusal stays one line
+    folder = claim_folder(
+        Path(out_dir) if out_dir else run.path / "movies",
+        "--out" if out_dir else "movie folder",
+        movie_files,
+    )
     total = sum(len(s) for s in scenes)
     label = f"{len(scenes)} movies x {len(ck)} frames"
     progress("movies", 0, total, label)
-    written = mv.render(scenes, folder, chosen, fps, workers,
-                        progress=lambda done: progress("movies", done, total, label))
+    written = mv.render(
+        scenes,
+        folder,
+        chosen,
+        fps,
+        workers,
+        progress=lambda done: progress("movies", done, total, label),
+    )
     return written, skipped
 
 
+def check_movie_memory(
+    run, names: list[str], every: int, workers: int, memory: int | None = None
+) -> str:
+    """The movies' memory (resources.movie_memory) refused, with the --every (or --movies) that
+    fits, when the machine has less; else the estimate as a line to show."""
+    from .movies.frames import every_nth
+    from .resources import available_memory, check_memory, gb, movie_memory
+
+    if not 1 <= every <= 10**6:
+        raise FlatformerError(f"--every must be a whole number in 1..1,000,000, got {every}")
+    steps = run.steps
+    frames = len(every_nth(steps, every))
+    needed = movie_memory(run.cfg, frames, len(names), workers)
+    memory = available_memory() if memory is None else memory
+    if memory is None or needed <= memory:
+        return f"estimate: {len(names)} movies x {frames} frames, about {gb(needed)} of memory"
+    fit = next(
+        (
+            n
+            for n in range(every + 1, len(steps) + 1)
+            if movie_memory(run.cfg, len(every_nth(steps, n)), len(names), workers) <= memory
+        ),
+        None,
+    )
+    if fit is not None and len(every_nth(steps, fit)) >= 2:
+        hint = f"--every {fit} would fit ({len(every_nth(steps, fit))} frames)"
+    elif len(names) > 1 and movie_memory(run.cfg, frames, 1, workers) <= memory:
+        hint = f"one movie at a time would fit (--movies {names[0]})"
+    else:
+        hint = "not even two frames fit: free some memory"
+    check_memory(needed, f"{len(names)} movies of {frames} frames", hint, memory)
+
+
 # --------------------------------------------------------------------------- explorer, analysis
+
 
 def write_explorer(run, path: Path, progress: Progress = quiet) -> Path:
     """The run's live explorer page, written to `path`."""
     from .explorer.export import export_run
     from .explorer.page import page_html
     from .runs import atomic_write
+
     progress("explorer", 0, 1, "exporting every checkpoint")
     atomic_write(Path(path), page_html(export_run(run)).encode("utf-8"))
     progress("explorer", 1, 1, str(path))
@@ -216,6 +326,7 @@ def write_analysis(run, path: Path, progress: Progress = quiet) -> dict:
     to `path` as JSON; returns it."""
     from .analysis.report import analyze
     from .runs import atomic_write
+
     progress("analysis", 0, 1, "interventions, lenses, circuits and the algorithm")
     analysis = analyze(run)
     atomic_write(Path(path), (json.dumps(analysis, indent=1) + "\n").encode())

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import io
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
 from .runs import Run
+
+# The explorer's colours, type scale and spacing, the same file its page inlines.
+TOKENS = (Path(__file__).parent / "explorer" / "tokens.css").read_text(encoding="utf-8")
+STYLE = (Path(__file__).parent / "report.css").read_text(encoding="utf-8")
 
 # What each figure shows and what to notice, keyed by file name. `{focus}` is the task's focus
 # token; the sentences hold for any task, with the paper's task in mind.
@@ -62,13 +68,13 @@ class Report:
     """What the page shows; paths are made relative to the report's folder."""
 
     run: Run
-    stages: list[tuple[str, float]] = field(default_factory=list)   # (stage, seconds)
+    stages: list[tuple[str, float]] = field(default_factory=list)  # (stage, seconds)
     figures: list[Path] = field(default_factory=list)
-    movies: list[Path] = field(default_factory=list)                 # .mp4 (a .gif beside it)
-    algorithm: list[dict] = field(default_factory=list)              # {step, measure, value, ...}
+    movies: list[Path] = field(default_factory=list)  # .mp4 (a .gif beside it)
+    algorithm: list[dict] = field(default_factory=list)  # {step, measure, value, ...}
     explorer: Path | None = None
     notes: list[str] = field(default_factory=list)
-    circuit: dict | None = None       # edges.methods.find_circuits of the checkpoint
+    circuit: dict | None = None  # edges.methods.find_circuits of the checkpoint
 
 
 def _rel(path: Path, folder: Path) -> str:
@@ -77,8 +83,10 @@ def _rel(path: Path, folder: Path) -> str:
 
 def _table(rows: list[dict], columns: list[str]) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{escape(_fmt(r.get(c, '')))}</td>" for c in columns)
-                   + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(_fmt(r.get(c, '')))}</td>" for c in columns) + "</tr>"
+        for r in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -95,22 +103,31 @@ def circuit_html(found: dict) -> str:
     c, m = found["circuit"], found["methods"]
     faith = "-" if c["faithfulness"] is None else f"{c['faithfulness']:.3f}"
     effect = {(e["src"], e["dst"]): e["exact"] for e in found["edges"]}
-    rows = [{"edge": f"{s} → {d}", "exact effect": f"{effect[(s, d)]:+.4f}"}
-            for s, d in c["edges"]]
+    rows = [{"edge": f"{s} → {d}", "exact effect": f"{effect[(s, d)]:+.4f}"} for s, d in c["edges"]]
+
     def num(x):
         return "-" if x is None else f"{x:.3f}"
-    methods = [{"method": name, "ROC-AUC": num(m[key].get("auc")),
-                "Spearman": num(m[key].get("spearman")), "seconds": num(m[key]["seconds"])}
-               for key, name in (("eap", "EAP"), ("eap_ig", "EAP-IG"), ("acdc", "ACDC"))
-               if key in m]
-    return (f"<p>{c['edges_kept']} of {c['edges_total']} edges keep "
-            f"{escape(faith)} of the {escape(found['metric'])} ({escape(found['ablation'])} "
-            f"ablation, {found['prompts']} held-out prompts; "
-            f"{'minimal' if c['minimal'] else 'not minimal'}). Exact effect: the change of the "
-            f"metric when the edge alone is ablated.</p><div class='cols'>"
-            + _table(rows, ["edge", "exact effect"])
-            + (_table(methods, ["method", "ROC-AUC", "Spearman", "seconds"]) if methods else "")
-            + "</div>")
+
+    methods = [
+        {
+            "method": name,
+            "ROC-AUC": num(m[key].get("auc")),
+            "Spearman": num(m[key].get("spearman")),
+            "seconds": num(m[key]["seconds"]),
+        }
+        for key, name in (("eap", "EAP"), ("eap_ig", "EAP-IG"), ("acdc", "ACDC"))
+        if key in m
+    ]
+    return (
+        f"<p>{c['edges_kept']} of {c['edges_total']} edges keep "
+        f"{escape(faith)} of the {escape(found['metric'])} ({escape(found['ablation'])} "
+        f"ablation, {found['prompts']} held-out prompts; "
+        f"{'minimal' if c['minimal'] else 'not minimal'}). Exact effect: the change of the "
+        f"metric when the edge alone is ablated.</p><div class='cols'>"
+        + _table(rows, ["edge", "exact effect"])
+        + (_table(methods, ["method", "ROC-AUC", "Spearman", "seconds"]) if methods else "")
+        + "</div>"
+    )
 
 
 def _png_size(path: Path) -> tuple[int, int] | None:
@@ -135,6 +152,7 @@ def write_posters(movies: list[Path]) -> None:
     from PIL import Image
 
     from .runs import atomic_write
+
     for movie in movies:
         reader = imageio.get_reader(movie)
         try:
@@ -164,102 +182,235 @@ for (const fig of document.querySelectorAll("figure.movie")) {
 """
 
 
-def _section(key: str, title: str, content: str) -> str:
-    """A section that folds (open at first), its heading the anchor the contents link to."""
-    return (f'<details open id="{escape(key, quote=True)}"><summary><h2>{escape(title)}</h2>'
-            f"</summary>{content}</details>")
+# Where the explorer shows each step of the algorithm: a panel id for its `view=` hash key.
+STEP_VIEWS = {
+    "encode": "embed",
+    "detect": "attend",
+    "retrieve": "attend",
+    "produce": "attend",
+    "nudge": "think",
+}
+PANEL_NAMES = {"embed": "Embed", "attend": "Attend", "think": "Think"}
+# The figures the guided read opens with, best first (the first the run drew is used).
+PICTURES = {
+    "algorithm": ["fig15_trace_nudge", "fig10_landscape_summary", "fig13_trace_attention"],
+    "circuit": ["supp_circuit"],
+    "curve": ["fig03_learning_curve"],
+}
+
+
+def step_headlines(rows: list[dict]) -> list[dict]:
+    """The first measure of each step of the algorithm, in order: the five numbers the report
+    opens with and `reproduce`'s summary prints."""
+    seen, first = set(), []
+    for row in rows:
+        if row["step"] not in seen:
+            seen.add(row["step"])
+            first.append(row)
+    return first
+
+
+def explorer_view(step: str, measure: str, n_layers: int) -> str:
+    """The explorer panel that shows `step` ("3 retrieve"): its layer is the head the measure
+    names ("head 0.0"), else the last layer; "" when the explorer has no panel for it."""
+    view = STEP_VIEWS.get(step.split()[-1] if step else "", "")
+    if view in ("attend", "think"):
+        found = re.search(r"head (\d+)\.\d+", measure)
+        view += f"-{found.group(1) if found and view == 'attend' else n_layers - 1}"
+    return view
+
+
+def _link(report: Report, folder: Path, hash_: str, text: str) -> str:
+    if not report.explorer:
+        return ""
+    return (
+        f'<a class="to-explorer" href="{_rel(report.explorer, folder)}#'
+        f'{escape(hash_, quote=True)}">{escape(text)} →</a>'
+    )
+
+
+def _figure(path: Path, folder: Path, focus: str, cls: str = "") -> str:
+    caption = CAPTIONS.get(path.stem, "").format(focus=focus)
+    size = _png_size(path)
+    dims = f' width="{size[0]}" height="{size[1]}"' if size else ""
+    return (
+        f'<figure id="{escape(path.stem, quote=True)}"{cls}><img loading="lazy"{dims} '
+        f'src="{_rel(path, folder)}" alt="{escape(path.stem, quote=True)}"><figcaption>'
+        f"<b>{escape(path.stem)}</b>. {escape(caption)}</figcaption></figure>"
+    )
+
+
+def _split_shown(shown: str) -> tuple[str, str]:
+    """A measure's shown text as its headline number and the rest ("0.95; 6 of 7 steps...")."""
+    cut = re.search(r"; | \(", shown)
+    if not cut:
+        return shown, ""
+    return shown[: cut.start()], shown[cut.end() :].rstrip(")")
+
+
+def _steps_html(report: Report, folder: Path) -> str:
+    cards = []
+    for row in step_headlines(report.algorithm):
+        number, rest = _split_shown(str(row["value"]))
+        view = explorer_view(row["step"], row["measure"], report.run.cfg.n_layers)
+        panel = (
+            PANEL_NAMES[view.split("-")[0]]
+            + (
+                f" · layer {view.split('-')[1]}"
+                if "-" in view and report.run.cfg.n_layers > 1
+                else ""
+            )
+            if view
+            else ""
+        )
+        link = (
+            _link(report, folder, f"view={view}", f"see it in the explorer's {panel}")
+            if view
+            else ""
+        )
+        cards.append(
+            f'<li class="step"><span class="step-name">{escape(row["step"])}</span>'
+            f'<span class="step-value">{escape(number)}</span><span class="step-'
+            f'measure">{escape(row["measure"])}{"; " + escape(rest) if rest else ""}'
+            f"</span>{link}</li>"
+        )
+    return f'<ol class="steps">{"".join(cards)}</ol>' if cards else ""
+
+
+def _section(key: str, title: str, content: str, folded: bool = False) -> str:
+    """A section that folds (open unless `folded`), its heading the anchor the contents link to."""
+    return (
+        f'<details{"" if folded else " open"} id="{escape(key, quote=True)}"><summary><h2>'
+        f"{escape(title)}</h2></summary>{content}</details>"
+    )
+
+
+def _movies_html(movies: list[Path], folder: Path) -> str:
+    items = []
+    for path in movies:
+        gif, poster = path.with_suffix(".gif"), poster_path(path)
+        fallback = f' <a href="{_rel(gif, folder)}">GIF</a>' if gif.exists() else ""
+        poster_attr = f' poster="{_rel(poster, folder)}"' if poster.exists() else ""
+        items.append(
+            f'<figure class="movie" id="{escape(path.stem, quote=True)}"><video '
+            f'loop muted playsinline preload="metadata"{poster_attr} '
+            f'src="{_rel(path, folder)}"></video><div class="controls"><button '
+            f'type="button">play</button><input type="range" min="0" max="1000" '
+            f'value="0" aria-label="position in {escape(path.stem, quote=True)}">'
+            f"{fallback}</div><figcaption><b>{escape(path.stem)}</b>, one frame "
+            f"per checkpoint.</figcaption></figure>"
+        )
+    return "".join(items)
+
+
+def _number(value, fmt: str) -> str:
+    """A metric for the page: '-' when the run has none (never 'nan')."""
+    return format(value, fmt) if isinstance(value, (int, float)) and math.isfinite(value) else "-"
 
 
 def render(report: Report, folder: Path) -> str:
-    """The report's HTML, with every path relative to `folder` and every string escaped."""
+    """The report's HTML, with every path relative to `folder` and every string escaped: a
+    guided read (the algorithm's steps, the circuit, the learning curve, each linked into the
+    explorer), then every figure and movie, then configuration and timings, folded."""
     run, config = report.run, report.run.config
     focus = getattr(run.task, "focus", "") or "trigger"
     metrics = run.metrics[-1] if run.metrics else {}
-    head = [f"<h1>flatformer report: {escape(config['task'])}</h1>",
-            f"<p>Run folder <code>{escape(str(run.path))}</code>; "
-            f"{run.cfg.n_params} parameters; final held-out rule error "
-            f"<b>{metrics.get('rule_error', float('nan')):.2%}</b>, loss "
-            f"{metrics.get('val_loss', float('nan')):.4f} at step {metrics.get('step', '?')}.</p>"]
+    by_stem = {p.stem: p for p in report.figures}
+    chosen = {
+        key: next((by_stem[n] for n in names if n in by_stem), None)
+        for key, names in PICTURES.items()
+    }
+    shown = {p for p in chosen.values() if p is not None}
+    head = [
+        f'<header class="top"><h1>What the model learned: {escape(config["task"])}</h1>',
+        f'<p class="facts">{escape(str(config.get("preset") or "custom"))} · '
+        f"{run.cfg.n_params} parameters · step {escape(str(metrics.get('step', '-')))}: "
+        f"held-out rule error <b>{_number(metrics.get('rule_error'), '.2%')}</b>, loss "
+        f"{_number(metrics.get('val_loss'), '.4f')} · run folder "
+        f"<code>{escape(str(run.path))}</code></p>",
+    ]
     if report.explorer:
-        head.append(f'<p class="explorer"><a id="explorer-link" href="'
-                    f'{_rel(report.explorer, folder)}">Open the live explorer</a>: every '
-                    f'number recomputed from the weights, with a slider over checkpoints.</p>')
+        head.append(
+            f'<p class="explorer"><a id="explorer-link" href="'
+            f'{_rel(report.explorer, folder)}">Open the live explorer</a>: every '
+            f"number recomputed from the weights, with a slider over checkpoints.</p>"
+        )
     for note in report.notes:
         head.append(f'<p class="note">{escape(note)}</p>')
-    sections = [("configuration", "Configuration", "<div class='cols'>" + _table(
-        [{"field": k, "value": v} for k, v in config["model"].items()], ["field", "value"])
-        + _table([{"field": k, "value": v} for k, v in config["recipe"].items()],
-                 ["field", "value"]) + "</div>")]
+    head.append("</header>")
+    sections = []
+    steps = _steps_html(report, folder)
+    if steps or chosen["algorithm"]:
+        picture = _figure(chosen["algorithm"], folder, focus) if chosen["algorithm"] else ""
+        sections.append(
+            (
+                "algorithm",
+                "The algorithm, step by step",
+                f'<div class="lead-row">{picture}{steps}</div>',
+            )
+        )
+    if report.circuit or chosen["circuit"]:
+        text = circuit_html(report.circuit) if report.circuit else ""
+        link = _link(report, folder, "view=edges&only=circuit", "run the circuit alone")
+        sections.append(
+            (
+                "circuit",
+                "The circuit",
+                (_figure(chosen["circuit"], folder, focus) if chosen["circuit"] else "")
+                + f"<p>{link}</p>"
+                + text,
+            )
+        )
+    if chosen["curve"]:
+        link = _link(report, folder, "view=input", "replay training checkpoint by checkpoint")
+        sections.append(
+            (
+                "curve",
+                "The learning curve",
+                _figure(chosen["curve"], folder, focus) + f"<p>{link}</p>",
+            )
+        )
     if report.algorithm:
-        columns = [c for c in ("step", "measure", "value", "meaning") if
-                   any(c in row for row in report.algorithm)]
-        sections.append(("algorithm", "The algorithm, measured",
-                         _table(report.algorithm, columns)))
-    if report.circuit:
-        sections.append(("circuit", "The circuit", circuit_html(report.circuit)))
-    if report.figures:
-        items = []
-        for path in report.figures:
-            caption = CAPTIONS.get(path.stem, "").format(focus=focus)
-            size = _png_size(path)
-            dims = f' width="{size[0]}" height="{size[1]}"' if size else ""
-            items.append(f'<figure id="{escape(path.stem, quote=True)}"><img loading="lazy"'
-                         f'{dims} src="{_rel(path, folder)}" alt="{escape(path.stem, quote=True)}">'
-                         f"<figcaption><b>{escape(path.stem)}</b>. {escape(caption)}"
-                         f"</figcaption></figure>")
-        sections.append(("figures", "Figures", "".join(items)))
+        columns = [
+            c
+            for c in ("step", "measure", "value", "meaning")
+            if any(c in row for row in report.algorithm)
+        ]
+        sections.append(
+            ("measures", "Every measure of the algorithm", _table(report.algorithm, columns), True)
+        )
+    rest = [p for p in report.figures if p not in shown]
+    if rest:
+        sections.append(
+            ("figures", "All figures", "".join(_figure(p, folder, focus) for p in rest))
+        )
     if report.movies:
-        items = []
-        for path in report.movies:
-            gif, poster = path.with_suffix(".gif"), poster_path(path)
-            fallback = f' <a href="{_rel(gif, folder)}">GIF</a>' if gif.exists() else ""
-            poster_attr = f' poster="{_rel(poster, folder)}"' if poster.exists() else ""
-            items.append(f'<figure class="movie" id="{escape(path.stem, quote=True)}"><video '
-                         f'loop muted playsinline preload="metadata"{poster_attr} '
-                         f'src="{_rel(path, folder)}"></video><div class="controls"><button '
-                         f'type="button">play</button><input type="range" min="0" max="1000" '
-                         f'value="0" aria-label="position in {escape(path.stem, quote=True)}">'
-                         f"{fallback}</div><figcaption><b>{escape(path.stem)}</b>, one frame "
-                         f"per checkpoint.</figcaption></figure>")
-        sections.append(("movies", "Learning dynamics", "".join(items)))
+        sections.append(("movies", "Learning dynamics", _movies_html(report.movies, folder)))
+    settings = (
+        "<div class='cols'>"
+        + "".join(
+            _table([{"field": k, "value": v} for k, v in config[part].items()], ["field", "value"])
+            for part in ("model", "recipe")
+            if part in config
+        )
+        + "</div>"
+    )
+    sections.append(("configuration", "Configuration", settings, True))
     if report.stages:
         rows = [{"stage": name, "seconds": f"{seconds:.1f}"} for name, seconds in report.stages]
         rows.append({"stage": "total", "seconds": f"{sum(s for _, s in report.stages):.1f}"})
-        sections.append(("time", "Time per stage", _table(rows, ["stage", "seconds"])))
-    toc = "".join(f'<li><a href="#{key}">{escape(title)}</a></li>' for key, title, _ in sections)
+        sections.append(("time", "Time per stage", _table(rows, ["stage", "seconds"]), True))
+    toc = "".join(f'<li><a href="#{s[0]}">{escape(s[1])}</a></li>' for s in sections)
     if report.explorer:
         toc += f'<li><a href="{_rel(report.explorer, folder)}">The live explorer</a></li>'
     body = "\n".join(head + [_section(*s) for s in sections])
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>flatformer report: {escape(config['task'])}</title>
+<title>flatformer report: {escape(config["task"])}</title>
 <style>
-body {{ font: 15px/1.5 system-ui, sans-serif; margin: 0; color: #222; }}
-.page {{ display: grid; grid-template-columns: 13em minmax(0, 1100px); gap: 2em;
-         padding: 0 1em; }}
-nav.toc {{ position: sticky; top: 0; align-self: start; padding: 1.5em 0; font-size: 14px; }}
-nav.toc ul {{ list-style: none; padding: 0; margin: .5em 0; }} nav.toc li {{ margin: .3em 0; }}
-nav.toc a {{ color: #1f4e99; text-decoration: none; }}
-@media (max-width: 800px) {{
-  .page {{ display: block; }}
-  nav.toc {{ background: #fff; border-bottom: 1px solid #ddd; padding: .4em 0; z-index: 1; }}
-  nav.toc ul {{ display: flex; flex-wrap: wrap; gap: 0 1em; margin: 0; }}
-}}
-main {{ padding-bottom: 3em; }}
-h1 {{ font-size: 1.6em; }} summary {{ cursor: pointer; }}
-summary h2 {{ display: inline-block; margin: 1.2em 0 .4em; }}
-details {{ border-bottom: 1px solid #ddd; scroll-margin-top: 1em; }}
-table {{ border-collapse: collapse; margin: .5em 1em .5em 0; font-size: 13px; }}
-td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; }}
-th {{ background: #f4f4f4; }}
-.cols {{ display: flex; flex-wrap: wrap; align-items: flex-start; }}
-figure {{ margin: 1.5em 0; scroll-margin-top: 1em; }}
-figure img, video {{ max-width: 100%; height: auto; border: 1px solid #eee; display: block; }}
-.controls {{ display: flex; align-items: center; gap: .8em; margin: .3em 0; }}
-.controls input {{ flex: 1; max-width: 30em; }}
-figcaption {{ color: #444; font-size: 14px; }}
-.explorer a {{ font-weight: bold; }} .note {{ color: #8a5a00; }}
+{TOKENS}
+{STYLE}
 </style></head><body>
 <div class="page"><nav class="toc" aria-label="contents"><b>Contents</b><ul>{toc}</ul></nav>
 <main>
@@ -272,6 +423,7 @@ figcaption {{ color: #444; font-size: 14px; }}
 
 def write_report(report: Report, path: Path) -> Path:
     from .runs import atomic_write
+
     path = Path(path)
     write_posters(report.movies)
     atomic_write(path, render(report, path.parent).encode())

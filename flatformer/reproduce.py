@@ -11,8 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import FlatformerError
-from .pipeline import (Progress, draw_suite, quiet, train_job, write_analysis, write_explorer,
-                       write_movies)
+from .pipeline import (
+    Progress,
+    draw_suite,
+    quiet,
+    train_job,
+    write_analysis,
+    write_explorer,
+    write_movies,
+)
+from .report import step_headlines
 
 STAGES = ["train", "figures", "movies", "explorer", "analysis", "report"]
 
@@ -23,8 +31,10 @@ def prepare_folder(out_dir: Path, wanted: dict, force: bool) -> bool:
     config = Path(out_dir) / "run" / "config.json"
     if not config.exists():
         if Path(out_dir).exists() and any(Path(out_dir).iterdir()) and not force:
-            raise FlatformerError(f"{out_dir} is not empty and holds no flatformer run; pass "
-                                  f"--force to write into it or choose another --out")
+            raise FlatformerError(
+                f"{out_dir} is not empty and holds no flatformer run; pass "
+                f"--force to write into it or choose another --out"
+            )
         return False
     try:
         same = json.loads(config.read_text()) == wanted
@@ -33,8 +43,9 @@ def prepare_folder(out_dir: Path, wanted: dict, force: bool) -> bool:
     if same:
         return True
     if not force:
-        raise FlatformerError(f"{out_dir} holds a different run; pass --force to replace it or "
-                              f"choose another --out")
+        raise FlatformerError(
+            f"{out_dir} holds a different run; pass --force to replace it or choose another --out"
+        )
     shutil.rmtree(Path(out_dir) / "run")  # only what reproduce wrote: other files stay
     for name in ("analysis.json", "report.html"):
         (Path(out_dir) / name).unlink(missing_ok=True)
@@ -53,9 +64,14 @@ class Reproduced:
     summary: list[str]
 
 
-def reproduce(task: str = "plus-last-even", preset: str | None = None,
-              out_dir: Path = Path("runs/reproduce"), force: bool = False,
-              progress: Progress = quiet, overrides: dict | None = None) -> Reproduced:
+def reproduce(
+    task: str = "plus-last-even",
+    preset: str | None = None,
+    out_dir: Path = Path("runs/reproduce"),
+    force: bool = False,
+    progress: Progress = quiet,
+    overrides: dict | None = None,
+) -> Reproduced:
     """Train, draw, animate, export, analyse and report into `out_dir`, resuming the same run.
 
     Besides each stage's own reports, `progress` gets ("reproduce", i, 6, "STAGE: what") as
@@ -98,39 +114,44 @@ def reproduce(task: str = "plus-last-even", preset: str | None = None,
 
     start = stage(6, "the report")
     mp4s = [p for paths in movies.values() for p in paths if p.suffix == ".mp4"]
-    rows = [{"step": r["step"], "measure": r["measure"], "value": r["shown"]}
-            for r in analysis.get("algorithm") or []]
+    rows = [
+        {"step": r["step"], "measure": r["measure"], "value": r["shown"]}
+        for r in analysis.get("algorithm") or []
+    ]
     report = Report(run, times, figures, mp4s, rows, explorer, circuit=analysis["edge_circuit"])
     times.append(("report", time.perf_counter() - start))
     path = write_report(report, out_dir / "report.html")
-    return Reproduced(path, analysis, times, skipped,
-                      summary(run, analysis, times, path, figures, mp4s, explorer))
+    return Reproduced(
+        path, analysis, times, skipped, summary(run, analysis, times, path, figures, mp4s, explorer)
+    )
 
 
 def summary(run, analysis: dict, times, report: Path, figures, movies, explorer) -> list[str]:
     """About ten lines: the headline numbers, the algorithm step by step (the first measure
     of each step), and where everything is. `flatformer analyze` prints the full tables."""
     final = run.metrics[-1]
-    lines = [f"done in {sum(t for _, t in times):.0f} s: {run.config['task']}, "
-             f"{run.config.get('preset', 'custom')} ({run.cfg.n_params} parameters), step "
-             f"{final['step']}: held-out rule error {final['rule_error']:.2%}, loss "
-             f"{final['val_loss']:.4f}"]
-    seen = set()
-    for row in analysis.get("algorithm") or []:
-        if row["step"] not in seen:
-            seen.add(row["step"])
-            lines.append(f"  {row['step']}: {row['measure']}: {row['shown']}")
+    lines = [
+        f"done in {sum(t for _, t in times):.0f} s: {run.config['task']}, "
+        f"{run.config.get('preset', 'custom')} ({run.cfg.n_params} parameters), step "
+        f"{final['step']}: held-out rule error {final['rule_error']:.2%}, loss "
+        f"{final['val_loss']:.4f}"
+    ]
+    for row in step_headlines(analysis.get("algorithm") or []):
+        lines.append(f"  {row['step']}: {row['measure']}: {row['shown']}")
     found = analysis.get("edge_circuit")
     if found:
         c = found["circuit"]
         faith = "-" if c["faithfulness"] is None else f"{c['faithfulness']:.3f}"
-        lines.append(f"  circuit: {c['edges_kept']} of {c['edges_total']} edges keep {faith} "
-                     f"of the {found['metric']}")
+        lines.append(
+            f"  circuit: {c['edges_kept']} of {c['edges_total']} edges keep {faith} "
+            f"of the {found['metric']}"
+        )
     folder = figures[0].parent if figures else run.path / "figures"
-    lines += [f"report    {report}",
-              f"explorer  {explorer}",
-              f"figures   {folder}/ ({len(figures)})",
-              f"movies    {run.path / 'movies'}/ ({len(movies)} MP4, each with a GIF)",
-              f"analysis  {report.parent / 'analysis.json'} (the tables: flatformer analyze "
-              f"{run.path})"]
+    lines += [
+        f"report    {report}",
+        f"explorer  {explorer}",
+        f"figures   {folder}/ ({len(figures)})",
+        f"movies    {run.path / 'movies'}/ ({len(movies)} MP4, each with a GIF)",
+        f"analysis  {report.parent / 'analysis.json'} (the tables: flatformer analyze {run.path})",
+    ]
     return lines

@@ -17,7 +17,7 @@ from .data import VAL_WINDOWS
 from .errors import FlatformerError
 from .evaluate import CHUNK, GROUP
 
-BASE_MEMORY = 200 * 2**20   # the interpreter, NumPy and the task's data
+BASE_MEMORY = 200 * 2**20  # the interpreter, NumPy and the task's data
 # train.MAX_MEMBERS and train.CHUNK (train imports this module, so they cannot be read from
 # there; a test holds them equal): candidates are tried this many members at a time, and batch
 # indices are drawn this many steps at a time.
@@ -28,11 +28,11 @@ EVAL_PIECE = GROUP * CHUNK  # seeds x held-out windows per evaluation forward pa
 
 @dataclass
 class Needs:
-    memory: int        # bytes, peak
-    disk: int          # bytes still to be written
-    checkpoints: int   # checkpoint files still to be written, all seeds together
+    memory: int  # bytes, peak
+    disk: int  # bytes still to be written
+    checkpoints: int  # checkpoint files still to be written, all seeds together
     checkpoint_bytes: int
-    metrics: int       # bytes of metrics.jsonl, all seeds together
+    metrics: int  # bytes of metrics.jsonl, all seeds together
 
 
 def gb(n: float) -> str:
@@ -55,13 +55,17 @@ def memory_needed(cfg, recipe, n_seeds: int, batch: int | None = None) -> int:
     members = max(n_seeds, min(n_seeds, per_group) * C)
     snapshots = 0
     if C > 1:  # while selecting, every checkpoint and evaluation keeps a copy of the state
-        snapshots = recipe.select_step // recipe.checkpoint_every + \
-            recipe.select_step // recipe.eval_every + 1
+        snapshots = (
+            recipe.select_step // recipe.checkpoint_every
+            + recipe.select_step // recipe.eval_every
+            + 1
+        )
     state = members * P * 8 * (6 + 3 * snapshots)
-    step = members * B * T * per_token_floats(cfg) * 8 * 2     # forward cache and gradients
-    batches = TRAIN_CHUNK * members * B * 8                     # batch indices
-    evaluation = (EVAL_PIECE * T * per_token_floats(cfg)
-                  + members * VAL_WINDOWS * T * cfg.d_vocab) * 8
+    step = members * B * T * per_token_floats(cfg) * 8 * 2  # forward cache and gradients
+    batches = TRAIN_CHUNK * members * B * 8  # batch indices
+    evaluation = (
+        EVAL_PIECE * T * per_token_floats(cfg) + members * VAL_WINDOWS * T * cfg.d_vocab
+    ) * 8
     return BASE_MEMORY + state + step + batches + evaluation
 
 
@@ -71,8 +75,9 @@ def checkpoint_size(cfg) -> int:
 
 
 def is_checkpoint_step(recipe, step: int) -> bool:
-    return 0 <= step <= recipe.steps and (step % recipe.checkpoint_every == 0
-                                          or step == recipe.steps)
+    return 0 <= step <= recipe.steps and (
+        step % recipe.checkpoint_every == 0 or step == recipe.steps
+    )
 
 
 def estimate(job, batch: int | None = None) -> Needs:
@@ -86,8 +91,13 @@ def estimate(job, batch: int | None = None) -> Needs:
         names = [p.name[5:-12] for p in folder.glob("step_*.safetensors")]
         count += per_seed - sum(is_checkpoint_step(r, int(n)) for n in names if n.isdigit())
     metrics = (job.recipe.steps // job.recipe.eval_every + 2) * 200 * len(job.out_dirs)
-    return Needs(memory_needed(job.cfg, job.recipe, len(job.seeds), batch), count * size + metrics,
-                 count, size, metrics)
+    return Needs(
+        memory_needed(job.cfg, job.recipe, len(job.seeds), batch),
+        count * size + metrics,
+        count,
+        size,
+        metrics,
+    )
 
 
 def available_memory() -> int | None:
@@ -110,8 +120,7 @@ def free_disk(path) -> int:
     return shutil.disk_usage(path).free
 
 
-def check_fits(job, memory: int | None = None, disk: int | None = None,
-               batch: int | None = None):
+def check_fits(job, memory: int | None = None, disk: int | None = None, batch: int | None = None):
     """Refuse, in one line with both numbers and what would fit, a job larger than the machine's
     available memory or the free disk under its folders. `memory`/`disk` override what the
     machine reports (for tests)."""
@@ -119,26 +128,91 @@ def check_fits(job, memory: int | None = None, disk: int | None = None,
     memory = available_memory() if memory is None else memory
     if memory is not None and needs.memory > memory:
         seeds = len(job.seeds)
-        fit = max((n for n in range(1, seeds)
-                   if memory_needed(job.cfg, job.recipe, n, batch) <= memory), default=0)
+        fit = max(
+            (n for n in range(1, seeds) if memory_needed(job.cfg, job.recipe, n, batch) <= memory),
+            default=0,
+        )
         first = job.seeds[0]
-        hint = (f"at most {fit} seeds fit (--seeds {first}-{first + fit - 1})" if fit else
-                "not even one seed fits: choose a smaller model, batch_size or number of "
-                "candidates")
+        hint = (
+            f"at most {fit} seeds fit (--seeds {first}-{first + fit - 1})"
+            if fit
+            else "not even one seed fits: choose a smaller model, batch_size or number of "
+            "candidates"
+        )
         if fit and job.recipe.candidates > 1:
             hint += " or fewer candidates (--set candidates=...)"
         raise FlatformerError(
             f"this job needs about {gb(needs.memory)} of memory ({seeds} seeds x "
             f"{job.recipe.candidates} candidates x {job.cfg.n_params:,} parameters, with AdamW "
-            f"state and activations) but this machine has {gb(memory)} available; {hint}")
+            f"state and activations) but this machine has {gb(memory)} available; {hint}"
+        )
     disk = free_disk(job.out_dirs[0]) if disk is None else disk
     if needs.disk > disk:
         per_seed = max(1, needs.checkpoints // len(job.out_dirs))
         # Checkpoints per seed that fit; every interval also writes step 0 and the last step.
         fit = (disk - needs.metrics) // (needs.checkpoint_bytes * len(job.out_dirs))
-        hint = (f"--set checkpoint_every={math.ceil(job.recipe.steps / (fit - 2))} would fit"
-                if fit >= 3 else "not even three checkpoints per seed fit: free some space")
+        hint = (
+            f"--set checkpoint_every={math.ceil(job.recipe.steps / (fit - 2))} would fit"
+            if fit >= 3
+            else "not even three checkpoints per seed fit: free some space"
+        )
         raise FlatformerError(
             f"this job writes about {gb(needs.disk)} ({per_seed:,} checkpoints x "
             f"{len(job.out_dirs)} seeds x {gb(needs.checkpoint_bytes)}) but {gb(disk)} is free "
-            f"under {job.out_dirs[0]}; {hint}")
+            f"under {job.out_dirs[0]}; {hint}"
+        )
+
+
+MOVIE_GRID = 160  # movies.scenes.LANDSCAPE_RESOLUTION (a test holds them equal)
+RENDER_PROCESS = 150 * 2**20  # a rendering process: matplotlib, a 1,280 x 720 canvas, encoder
+
+
+def movie_memory(cfg, frames: int, movies: int, workers: int = 1) -> int:
+    """Peak bytes of `animate`, upper-bound-minded. Kept for every frame until the movies are
+    written: its checkpoint three times (the weights read, the frame's model, the stacked copy
+    evaluated for missing metrics rows) and each movie's points (every token at every position,
+    a few arrays of d_model floats). Per rendering process, on top: its figure and encoder and
+    one frame's output landscape (a grid of probabilities, colours and entropy)."""
+    weights = 3 * cfg.n_params * 8
+    points = 8 * cfg.d_vocab * cfg.n_ctx * max(cfg.d_model, cfg.n_ctx) * 8
+    grid = MOVIE_GRID**2 * (cfg.d_vocab + 8) * 8 * 2
+    return BASE_MEMORY + frames * (weights + movies * points) + workers * (RENDER_PROCESS + grid)
+
+
+def grid_bytes(cfg, resolution: int) -> int:
+    """An output landscape over a resolution x resolution grid: a probability per token, its
+    colours, argmax and entropy, and the softmax's scratch copy."""
+    return resolution**2 * (cfg.d_vocab + 8) * 8 * 2
+
+
+def figures_memory(cfg, jobs: int, resolution: int = 200) -> int:
+    """Peak bytes of `figures`: the landscape and trace computed once before forking (shared),
+    then each drawing process's figure (its landscapes are the largest thing it makes)."""
+    return (
+        BASE_MEMORY
+        + grid_bytes(cfg, resolution)
+        + jobs * (RENDER_PROCESS + grid_bytes(cfg, resolution))
+    )
+
+
+def compare_memory(cfg, seeds: int, landscapes: bool) -> int:
+    """Peak bytes of `compare`: every seed's weights (read and stacked) and its evaluation on
+    the held-out windows (logits for every token), and with the figures of a plane model each
+    seed's aligned landscape (120 x 120) and one figure."""
+    per_seed = 3 * cfg.n_params * 8 + VAL_WINDOWS * cfg.n_ctx * cfg.d_vocab * 8 * 2
+    return (
+        BASE_MEMORY
+        + seeds * (per_seed + (grid_bytes(cfg, 120) if landscapes else 0))
+        + RENDER_PROCESS
+    )
+
+
+def check_memory(needed: int, what: str, hint: str, memory: int | None = None):
+    """Refuse, in one line with both numbers and what would fit, work needing more than the
+    machine's available memory (`memory` overrides what the machine reports)."""
+    memory = available_memory() if memory is None else memory
+    if memory is not None and needed > memory:
+        raise FlatformerError(
+            f"{what} needs about {gb(needed)} of memory but this machine has "
+            f"{gb(memory)} available; {hint}"
+        )

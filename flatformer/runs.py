@@ -3,67 +3,95 @@
 Files are written atomically (a temporary file, then rename), so a killed process never leaves a
 half-written one behind; the one exception, metrics.jsonl's new rows, is appended, and a line a
 kill cut short ends what `read_metrics` reads (a resumed run rewrites the file whole).
-Checkpoints are safetensors: loading one never executes code.
+Checkpoints are safetensors (their format: checkpoints.py): loading one never executes code.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
 
-from .config import MAX_PARAMS, ModelConfig
+# The checkpoint format's names, kept importable from here (importers, sweeps and tests do).
+from .checkpoints import CHECKPOINT as CHECKPOINT
+from .checkpoints import MAX_CHECKPOINT_BYTES as MAX_CHECKPOINT_BYTES
+from .checkpoints import CheckpointLayout as CheckpointLayout
+from .checkpoints import check_optim as check_optim
+from .checkpoints import checkpoint_bytes as checkpoint_bytes
+from .checkpoints import checkpoint_name as checkpoint_name
+from .checkpoints import checkpoint_path as checkpoint_path
+from .checkpoints import read_checkpoint as read_checkpoint
+from .config import ModelConfig
 from .errors import FlatformerError
-from .limits import MAX_SEED, read_text, whole
+from .limits import MAX_SEED, parse_json, read_bytes, read_text, whole
 from .transformer import Transformer
 
-CHECKPOINT = re.compile(r"^step_(\d{6,})\.safetensors$")
-# Weights and two optimizer moments of the largest model the config allows, with room for the
-# header and counters: a bigger file is refused before it is read.
-MAX_CHECKPOINT_BYTES = 3 * 8 * MAX_PARAMS + 2**20
-MAX_HEADER_BYTES = 2**20
 METRICS = ("train_loss", "val_loss", "rule_error")  # with "step", in every metrics row
-MAX_CONFIG_BYTES = 16_000_000   # a corpus run's config holds its text (at most 2 MB of it)
+MAX_METRICS_BYTES = 2**30  # 10 million rows of ~100 bytes: MAX_STEPS evaluated every step
+MAX_CONFIG_BYTES = 16_000_000  # a corpus run's config holds its text (at most 2 MB of it)
 
 
 class WriteFailed(FlatformerError):
     pass
 
 
+# Created, never opened if they exist, never through a link: a name planted in the folder (a
+# symlink to a file elsewhere) makes the write fail instead of writing through it.
+CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+APPEND = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+
+
 def atomic_write(path: str | Path, data: bytes):
     """Write a temporary file, then rename it over `path`: a kill or a failed write (a full
-    disk) leaves the previous version whole. Not fsync'ed: that survives any crash of the
-    process, not a power cut, and costs about 5 ms a file here (1.5 s for a default run).
-    Plain strings, not pathlib, inside: a 64-seed run writes 13,000 files."""
+    disk) leaves the previous version whole. The temporary name carries a random suffix and
+    is created exclusively without following links, so nobody can plant it; the rename
+    replaces `path` itself, never what a link there points to. Not fsync'ed: that survives
+    any crash of the process, not a power cut, and would cost more than the whole default
+    run's training (its 300 writes). Plain strings, not pathlib, inside: a 64-seed run writes 13,000 files."""
     path = os.fspath(path)
-    tmp = path + ".tmp"
+    tmp = f"{path}.{secrets.token_hex(6)}.tmp"
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb", opener=lambda name, _: os.open(name, CREATE, 0o644)) as f:
             f.write(data)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise WriteFailed(f"could not write {path} ({exc.strerror or exc}); the version "
-                          f"before it is intact") from None
+        raise WriteFailed(
+            f"could not write {path} ({exc.strerror or exc}); the version before it is intact"
+        ) from None
+
+
+# The name `atomic_write` gives its temporary file: a kill between its open and its rename
+# leaves one behind, which `remove_temporaries` clears before a run is written again.
+TEMPORARY = re.compile(r"^.+\.[0-9a-f]{12}\.tmp$")
+
+
+def remove_temporaries(folder: str | Path):
+    """Delete what killed writes left in `folder` (our own temporary names only, never a link's
+    target), so a resumed run's folder holds exactly what an unbroken one does. Called with the
+    folder's lock held: no other writer's temporary file can be in flight."""
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(folder):
+            if TEMPORARY.match(entry.name) and not entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
 
 
 def append_write(path: str | Path, data: bytes):
-    """Append to `path`; a failed write (a full disk) cuts the file back to what it held, so
-    it never ends in half a line. Opened for each append: a run may write to thousands of
-    seeds' files, more than a process may hold open (256 by default on macOS)."""
+    """Append to `path` (never through a link); a failed write (a full disk) cuts the file
+    back to what it held, so it never ends in half a line. Opened for each append: a run may
+    write to thousands of seeds' files, more than a process may hold open (256 on macOS)."""
     path = os.fspath(path)
     try:
-        with open(path, "ab") as f:
+        with open(
+            path, "ab", opener=lambda name, _: os.open(name, APPEND | os.O_CREAT, 0o644)
+        ) as f:
             size = f.tell()
             try:
                 f.write(data)
@@ -72,92 +100,79 @@ def append_write(path: str | Path, data: bytes):
                 f.truncate(size)
                 raise
     except OSError as exc:
-        raise WriteFailed(f"could not write {path} ({exc.strerror or exc}); the version "
-                          f"before it is intact") from None
+        raise WriteFailed(
+            f"could not write {path} ({exc.strerror or exc}); the version before it is intact"
+        ) from None
 
 
-def checkpoint_name(step: int) -> str:
-    return f"step_{step:06d}.safetensors"
+RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", ".lock", "done.json")
 
 
-def checkpoint_path(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / checkpoint_name(step)
+def refuse_links(folder: Path, names=RUN_FILES):
+    """Refuse a run folder, or a part of it we read or write, that is a symbolic link: a
+    folder handed over could point checkpoints/ (or the lock) at files elsewhere."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise FlatformerError(
+            f"{folder} is a symbolic link; give the folder it points to "
+            f"({os.path.realpath(folder)})"
+        )
+    for name in names:
+        if (folder / name).is_symlink():
+            raise FlatformerError(
+                f"{folder / name} is a symbolic link: a run folder's files "
+                f"are its own; remove the link"
+            )
 
 
-def checkpoint_bytes(tensors: dict[str, np.ndarray],
-                     optim: dict[str, np.ndarray] | None = None) -> bytes:
-    """A checkpoint file's bytes: the weights under their TransformerLens names, plus the
-    optimizer moments for --resume."""
-    data = {name: np.ascontiguousarray(t) for name, t in tensors.items()}
-    for name, t in (optim or {}).items():
-        data["optim." + name] = np.ascontiguousarray(t)
-    return st_save(data, metadata={"format": "flatformer-1"})
+def claim_folder(folder, what: str, ours=lambda f: (Path(f) / "config.json").is_file()):
+    """Refuse, before anything is written, an output folder that is not ours to write: the
+    filesystem's root, a file, a symbolic link, or an existing non-empty folder that holds
+    no run (someone else's files). A folder holding a run is for the caller to judge."""
+    folder = Path(folder)
+    if folder.exists() and os.path.realpath(folder) == os.path.realpath(os.sep):
+        raise FlatformerError(
+            f"{what} {folder} is the filesystem's root; give a folder of its own, e.g. runs/mine"
+        )
+    if folder.exists() and not folder.is_dir():
+        raise FlatformerError(f"{what} {folder} is a file, not a folder")
+    refuse_links(folder)
+    if folder.is_dir() and not ours(folder) and any(e.name != ".lock" for e in os.scandir(folder)):
+        raise FlatformerError(
+            f"{what} {folder} is not empty and holds no flatformer run; "
+            f"choose an empty or new folder"
+        )
+    return folder
 
 
-class CheckpointLayout:
-    """Where each tensor lies in checkpoints that all hold the same float64 tensors: the
-    safetensors header is the same for all of them, and the data the tensors in one order, so
-    a trainer writes many seeds' checkpoints from one (seeds, numbers) array, with exactly the
-    bytes checkpoint_bytes gives."""
-
-    def __init__(self, shapes: dict[str, tuple]):
-        template = checkpoint_bytes({name: np.zeros(shape) for name, shape in shapes.items()})
-        n = int.from_bytes(template[:8], "little")
-        header = json.loads(template[8:8 + n])
-        self.prefix = template[:8 + n]
-        entries = sorted((info["data_offsets"][0], name) for name, info in header.items()
-                         if name != "__metadata__")
-        self.order = [name for _, name in entries]   # the data's order in the file
-        assert len(template) == 8 + n + 8 * sum(math.prod(s) for s in shapes.values())
-
-    def to_bytes(self, row: np.ndarray) -> bytes:
-        """One checkpoint from its row: every tensor in `order`, raveled, float64."""
-        return self.prefix + np.ascontiguousarray(row, dtype="<f8").tobytes()
+# What the drawing commands write (figures, movies and their posters, comparisons): a folder of
+# only these is ours to write again, whichever of them wrote it (figures and movies may share one).
+OUTPUT_SUFFIXES = (".png", ".pdf", ".svg", ".mp4", ".gif", ".json")
 
 
-def read_checkpoint(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(weights, optimizer state) from a checkpoint file, with one-line errors for bad files.
-    Sizes are checked before anything is read whole: the file against the largest model there
-    can be, the header's length (its first 8 bytes) against the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FlatformerError(f"checkpoint {path} does not exist")
-    size = path.stat().st_size
-    if size > MAX_CHECKPOINT_BYTES:
-        raise FlatformerError(f"checkpoint {path} is {size:,} bytes, more than the largest model "
-                              f"flatformer makes ({MAX_CHECKPOINT_BYTES:,})")
-    with open(path, "rb") as f:
-        head = f.read(8)
-    header = int.from_bytes(head, "little") if len(head) == 8 else -1
-    if not 0 < header <= min(size - 8, MAX_HEADER_BYTES):
-        raise FlatformerError(f"checkpoint {path} is not a readable safetensors file "
-                              f"(truncated or corrupt?): its header length field says "
-                              f"{header:,} bytes in a {size:,}-byte file")
-    try:
-        data = st_load(path.read_bytes())
-    except (SafetensorError, ValueError, OSError) as exc:
-        raise FlatformerError(f"checkpoint {path} is not a readable safetensors file "
-                              f"(truncated or corrupt?): {str(exc).splitlines()[0]}") from None
-    weights = {k: v for k, v in data.items() if not k.startswith("optim.")}
-    optim = {k[6:]: v for k, v in data.items() if k.startswith("optim.")}
-    for name, t in data.items():
-        if t.dtype != np.float64 or not np.all(np.isfinite(t)):
-            raise FlatformerError(f"checkpoint {path}: tensor {name} is not finite float64")
-    return weights, optim
+def holds_only(*suffixes: str):
+    """`claim_folder`'s test of ours for a folder of outputs (figures, movies, a comparison):
+    every entry a regular file (not a link) ending in one of `suffixes`, so a rerun replaces
+    its own files and never writes among someone else's."""
 
+    def ours(folder) -> bool:
+        return all(
+            e.is_file(follow_symlinks=False) and e.name.endswith(suffixes)
+            for e in os.scandir(folder)
+        )
 
-def check_optim(path: Path, optim: dict[str, np.ndarray], n_params: int):
-    """The optimizer state a resume reads: the moments of every parameter and the counters."""
-    sizes = {"m": n_params, "v": n_params, "t": 1, "candidate": 1, "loss_sum": 1, "loss_n": 1}
-    for key, n in sizes.items():
-        if key not in optim or optim[key].shape != (n,):
-            raise FlatformerError(f"checkpoint {path}: optimizer state {key!r} is missing or "
-                                  f"not {n} numbers: it cannot be resumed from")
+    return ours
 
 
 @dataclass
 class Run:
-    """A trained run folder: its config, metrics and checkpoints."""
+    """A trained run folder: its config, metrics and checkpoints.
+
+    >>> run = load_run("runs/plus-last-even-seed0")          # doctest: +SKIP
+    >>> last = run.metrics[-1]                                # doctest: +SKIP
+    >>> last.get("rule_error"), run.model().cfg.d_model       # doctest: +SKIP
+    (0.0, 2)
+    """
 
     path: Path
     config: dict
@@ -167,6 +182,7 @@ class Run:
     @property
     def task(self):
         from .tasks import task_for_run
+
         return task_for_run(self.config)
 
     @property
@@ -179,7 +195,11 @@ class Run:
         folder = self.path / "checkpoints"
         if not folder.is_dir():
             return []
-        return sorted(int(m.group(1)) for f in os.listdir(folder) if (m := CHECKPOINT.match(f)))
+        steps = sorted(int(m.group(1)) for f in os.listdir(folder) if (m := CHECKPOINT.match(f)))
+        last = (self.config.get("recipe") or {}).get("steps")
+        if isinstance(last, int) and not isinstance(last, bool):
+            return [s for s in steps if s <= last]  # a stray file past the run's end is not it
+        return steps
 
     def resolve_step(self, step: int | None) -> int:
         steps = self.steps
@@ -189,14 +209,17 @@ class Run:
             return steps[-1]
         if step not in steps:
             near = min(steps, key=lambda s: abs(s - step))
-            raise FlatformerError(f"run {self.path} has no checkpoint at step {step} "
-                                  f"(nearest: {near}; range {steps[0]}..{steps[-1]})")
+            raise FlatformerError(
+                f"run {self.path} has no checkpoint at step {step} "
+                f"(nearest: {near}; range {steps[0]}..{steps[-1]})"
+            )
         return step
 
     def data(self):
         """The task's training and held-out data (`data.TaskData`) as this run was trained on
         them: its task, context and data seed."""
         from .data import TaskData
+
         return TaskData.build(self.task, self.cfg.n_ctx, self.config.get("data_seed", 0))
 
     def weights(self, step: int | None = None) -> dict[str, np.ndarray]:
@@ -216,34 +239,50 @@ def read_metrics(run_dir: Path) -> list[dict]:
     """The rows of metrics.jsonl up to the first that is not a row (a line cut short by a
     kill, or anything else): everything before it stands."""
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
+    if not os.path.lexists(path):
         return []
+    refuse_links(Path(run_dir), ["metrics.jsonl"])
     rows = []
-    with open(path, "rb") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-                break
-            if not (isinstance(row, dict) and type(row.get("step")) is int
-                    and all(isinstance(row.get(k), (int, float)) for k in METRICS)):
-                break
-            rows.append(row)
+    for line in read_bytes(path, "metrics", MAX_METRICS_BYTES).splitlines():
+        try:
+            row = parse_json(line.decode("utf-8"), "row", allow_nan=True)  # a diverged run's
+        except (FlatformerError, UnicodeDecodeError):
+            break
+        if not (
+            isinstance(row, dict)
+            and type(row.get("step")) is int
+            and all(isinstance(row.get(k), (int, float)) for k in METRICS)
+        ):
+            break
+        rows.append(row)
     return rows
 
 
 def load_run(path) -> Run:
-    """The run in folder `path`, with a one-line error when it is not one."""
+    """The run in folder `path`, with a one-line error when it is not one.
+
+    >>> model = load_run("runs/plus-last-even-seed0").model()   # doctest: +SKIP
+    >>> logits, cache = model.run_with_cache([[4, 1, 11, 4]])   # doctest: +SKIP
+    """
     path = Path(path)
     config_file = path / "config.json"
-    if not config_file.is_file():
+    if not os.path.lexists(config_file):  # a link or a FIFO there is refused below, by name
         seeds = sorted(path.glob("seed_*/config.json")) if path.is_dir() else []
         hint = f" (it holds seed runs: try {seeds[0].parent})" if seeds else ""
+        inside = [p for p in (path.parent, path.parent.parent) if (p / "config.json").is_file()]
+        if inside:  # a checkpoint file or the checkpoints folder, passed for its run
+            step = (
+                f" (--step {int(path.stem[5:])} picks this checkpoint)"
+                if path.stem.startswith("step_") and path.stem[5:].isdigit()
+                else ""
+            )
+            hint = f": pass its run folder, {inside[0]}{step}"
         raise FlatformerError(f"{path} is not a flatformer run: no config.json{hint}")
+    refuse_links(path)
     text = read_text(config_file, "run config", MAX_CONFIG_BYTES)
     try:
-        config = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        config = parse_json(text, "it")
+    except FlatformerError as exc:
         raise FlatformerError(f"{config_file} is not a valid run config: {exc}") from None
     if not isinstance(config, dict) or not isinstance(config.get("task"), str):
         raise FlatformerError(f"{config_file} is not a valid run config: it names no task")
@@ -252,16 +291,49 @@ def load_run(path) -> Run:
     except FlatformerError as exc:
         raise FlatformerError(f"{config_file}: {exc}") from None
     vocab = config.get("vocab")
-    if (not isinstance(vocab, list) or len(vocab) != cfg.d_vocab
-            or not all(isinstance(w, str) for w in vocab) or len(set(vocab)) != len(vocab)):
-        raise FlatformerError(f"{config_file}: vocab must be {cfg.d_vocab} distinct strings "
-                              f"(the model's d_vocab)")
+    if (
+        not isinstance(vocab, list)
+        or len(vocab) != cfg.d_vocab
+        or not all(isinstance(w, str) for w in vocab)
+        or len(set(vocab)) != len(vocab)
+    ):
+        raise FlatformerError(
+            f"{config_file}: vocab must be {cfg.d_vocab} distinct strings (the model's d_vocab)"
+        )
     whole(f"{config_file}: data_seed", config.get("data_seed", 0), 0, MAX_SEED)
+    check_task(config_file, config, cfg)
     return Run(path, config, cfg)
 
 
+def check_task(config_file: Path, config: dict, cfg: ModelConfig):
+    """The config against its task: the task (with its settings) must exist and make exactly
+    the config's vocabulary, so every token id the task produces is a row of W_E (a tampered
+    task would send the compiled kernels reading past the end of a weight matrix)."""
+    from .tasks import task_for_run
+
+    try:
+        task = task_for_run(config)
+    except FlatformerError as exc:
+        raise FlatformerError(f"{config_file}: {str(exc).splitlines()[0]}") from None
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        raise FlatformerError(
+            f"{config_file}: its task settings are not valid "
+            f"({type(exc).__name__}: {str(exc)[:160]})"
+        ) from None
+    if list(task.vocab) != config["vocab"]:
+        raise FlatformerError(
+            f"{config_file}: task {config['task']} makes a vocabulary of "
+            f"{len(task.vocab)} tokens, not the config's {cfg.d_vocab} "
+            f"(task or task settings changed after training)"
+        )
+
+
 def seed_runs(path) -> list[Run]:
-    """The seed runs of a --seeds folder (or the single run itself)."""
+    """The seed runs of a --seeds folder (or the single run itself).
+
+    >>> [run.config["seed"] for run in seed_runs("runs/many")]   # doctest: +SKIP
+    [0, 1, 2, 3]
+    """
     path = Path(path)
     if (path / "config.json").is_file():
         return [load_run(path)]

@@ -8,8 +8,16 @@ from dataclasses import dataclass, field
 # The flags that work on this machine (see ../shared/TOOLCHAIN.md): headless, no sandbox
 # (containers), and none of chromium's own background traffic.
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def launch(playwright):
@@ -27,6 +35,7 @@ def shared_browser():
     """
     if "browser" not in _shared:
         from playwright.sync_api import sync_playwright
+
         _shared["playwright"] = sync_playwright().start()
         _shared["browser"] = launch(_shared["playwright"])
     return _shared["browser"]
@@ -48,8 +57,9 @@ class Watched:
     dialogs: list[str] = field(default_factory=list)
 
 
-def open_page(browser, url: str | None = None, wait_for: str | None = None,
-              viewport=(1280, 900)) -> Watched:
+def open_page(
+    browser, url: str | None = None, wait_for: str | None = None, viewport=(1280, 900)
+) -> Watched:
     """A new page in a fresh context, recording requests, console errors and dialogs."""
     context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
     page = context.new_page()
@@ -61,6 +71,7 @@ def open_page(browser, url: str | None = None, wait_for: str | None = None,
     def on_dialog(dialog):
         watched.dialogs.append(dialog.message)
         dialog.dismiss()
+
     page.on("dialog", on_dialog)
     if url:
         page.goto(url)

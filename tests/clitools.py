@@ -5,8 +5,12 @@ import sys
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "flatformer", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "flatformer", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
 
 
 def assert_one_line_error(result, *words):
@@ -29,6 +33,7 @@ def cli_here(*args):
     import numpy as np
 
     from flatformer.cli import main
+
     out, err = io.StringIO(), io.StringIO()
     argv = list(map(str, args))
     saved = np.geterr()  # main() quiets NumPy's warnings for the process it runs in

@@ -2,30 +2,100 @@ import pytest
 
 try:
     import torch
+
     torch.set_num_threads(1)  # two threads on this 2-core machine made tiny steps 50x slower
 except ImportError:
     torch = None
 
+from extras import (  # the policy for tests that need an extra (see tests/extras.py)
+    mark_needs,
+    pytest_configure,
+    pytest_make_collect_report,
+    pytest_runtest_makereport,
+    pytest_runtest_setup,
+)
 from flatformer.config import preset
+
+# pytest finds hooks by name in this module, imported ones included.
+__all__ = [
+    "pytest_configure",
+    "pytest_make_collect_report",
+    "pytest_runtest_makereport",
+    "pytest_runtest_setup",
+]
 
 # The modules `pytest -m "not slow"` leaves out: browsers, movies, notebooks, sweeps, the main
 # job, whole-suite figure drawing, task training, bridges to torch/TransformerLens and every
 # test that runs the command line in a subprocess. What stays (engine, tasks, readout, analysis,
 # export, compare on hand-made weights) is the fast loop the README describes.
 SLOW = {
-    "test_analysis_cli", "test_bridge_lens", "test_cli", "test_compare_command", "test_edges",
-    "test_explorer_browser", "test_explorer_capture", "test_explorer_hostile",
-    "test_figures_cli", "test_figures_draw", "test_figures_labels", "test_grammar_floor",
-    "test_kernels", "test_max_steps", "test_movies", "test_notebook", "test_notebook_tour",
-    "test_readme", "test_reproduce", "test_sweep", "test_sweep_cli", "test_tasks_corpus",
-    "test_tasks_train", "test_train",
+    "test_analysis_cli",
+    "test_bridge_lens",
+    "test_cli",
+    "test_compare_command",
+    "test_edges",
+    "test_explorer_browser",
+    "test_explorer_capture",
+    "test_explorer_hostile",
+    "test_first_run",
+    "test_figures_cli",
+    "test_figures_draw",
+    "test_figures_labels",
+    "test_grammar_floor",
+    "test_kernels",
+    "test_max_steps",
+    "test_movies",
+    "test_notebook",
+    "test_notebook_tour",
+    "test_import_browser",
+    "test_import_cli",
+    "test_pages_fit",
+    "test_playground_browser",
+    "test_readme",
+    "test_docs",
+    "test_reproduce",
+    "test_sweep",
+    "test_sweep_cli",
+    "test_tasks_corpus",
+    "test_tasks_train",
+    "test_train",
+}
+
+
+# Single slow tests of modules the fast loop keeps. Each spends seconds of CPU on the command line
+# run in a subprocess over a freshly trained run, on every figure of a command, on Chromium or on
+# importing TransformerLens: together about 57 of the loop's 102 s of CPU (measured with the
+# numba cache warm). The full suite runs them.
+SLOW_TESTS = {
+    "test_analysis_induction": {
+        "test_analyze_json_reports_the_induction_block",
+        "test_the_phase_figure_and_the_movie",
+        "test_scores_equal_transformer_lens",
+    },
+    "test_geometry": {
+        "test_data_recovers_a_planted_activation_and_a_shuffled_control_is_null",
+        "test_figures_are_written",
+        "test_against_itself_equals_its_own_cka_and_hdf5_export_reads_back",
+    },
+    "test_grokking": {"test_the_explorer_colours_numbers_by_their_key_phase"},
+    "test_playground": {"test_playground_command_writes_one_offline_page"},
+    "test_tasks": {"test_analyze_default_prompts_cover_an_ordered_held_out_set"},
 }
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if item.module.__name__ in SLOW:
+        name = item.module.__name__
+        if name in SLOW or getattr(item, "originalname", None) in SLOW_TESTS.get(name, ()):
             item.add_marker(pytest.mark.slow)
+    mark_needs(items)
+    for module in {item.module for item in items}:
+        stale = SLOW_TESTS.get(module.__name__, set()) - set(vars(module))
+        if stale:
+            raise pytest.UsageError(
+                f"conftest SLOW_TESTS names no test of {module.__name__}: {stale}"
+            )
+
 
 CONFIGS = {
     "paper-2d": preset("paper-2d", 12),
@@ -33,8 +103,17 @@ CONFIGS = {
     "2-layer": preset("paper-2d-2layer", 12),
     "2-layer-ln-bias": preset("simulator-16d", 20, n_layers=2, qkv_bias=True, unembed_bias=True),
     # Attention-only blocks, a final LayerNorm and a 32-token context (induction's model family).
-    "attn-only-ln-final": preset("simulator-16d", 12, n_layers=2, d_mlp=0, ln_final=True,
-                                 n_ctx=32),
+    "attn-only-ln-final": preset("simulator-16d", 12, n_layers=2, d_mlp=0, ln_final=True, n_ctx=32),
+    # An imported model's features: b_O, the exact (erf) GELU, fewer outputs than inputs.
+    "imported-features": preset(
+        "simulator-16d",
+        14,
+        n_layers=2,
+        attn_out_bias=True,
+        act_fn="gelu_erf",
+        d_vocab_out=11,
+        ln_final=True,
+    ),
 }
 
 
@@ -48,8 +127,9 @@ def random_model(cfg, seed: int = 0, perturb: bool = True):
     and every bias moved off 1 and 0 (from seed + 1) so that they matter in a comparison."""
     import numpy as np
 
-    from flatformer.model import init_params
+    from flatformer.engine.model import init_params
     from flatformer.transformer import Transformer
+
     params = init_params(cfg, [np.random.default_rng(seed)])
     if perturb:
         rng = np.random.default_rng(seed + 1)
@@ -59,14 +139,20 @@ def random_model(cfg, seed: int = 0, perturb: bool = True):
     return Transformer(cfg, params.seed(0))
 
 
-def make_run(folder, task="plus-last-even", preset_name=None, recipe="default", seeds=None,
-             **sets):
+def make_run(folder, task="plus-last-even", preset_name=None, recipe="default", seeds=None, **sets):
     """Train a run into `folder` (one seed, or a --seeds folder "A-B") and return its path."""
     from flatformer.jobs import JobSpec, parse_seeds
     from flatformer.train import train
+
     seed_list = parse_seeds(seeds)
-    job, out = JobSpec(task, preset_name, recipe, seeds=tuple(seed_list) if seed_list else None,
-                       out_dir=folder, overrides=sets).build()
+    job, out = JobSpec(
+        task,
+        preset_name,
+        recipe,
+        seeds=tuple(seed_list) if seed_list else None,
+        out_dir=folder,
+        overrides=sets,
+    ).build()
     train(job)
     return out
 
@@ -80,23 +166,37 @@ def paper_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def simulator_run(tmp_path_factory):
     """A simulator-16d model (LayerNorm, GELU, two heads, W_O), briefly trained."""
-    return make_run(tmp_path_factory.mktemp("sim") / "run", preset_name="simulator-16d",
-                    steps=1000, candidates=1)
+    return make_run(
+        tmp_path_factory.mktemp("sim") / "run",
+        preset_name="simulator-16d",
+        steps=1000,
+        candidates=1,
+    )
 
 
 @pytest.fixture(scope="session")
 def two_layer_run(tmp_path_factory):
     """A 2-layer plane model, briefly trained."""
-    return make_run(tmp_path_factory.mktemp("two") / "run", preset_name="paper-2d-2layer",
-                    steps=1000, candidates=1)
+    return make_run(
+        tmp_path_factory.mktemp("two") / "run",
+        preset_name="paper-2d-2layer",
+        steps=1000,
+        candidates=1,
+    )
 
 
 @pytest.fixture(scope="session")
 def induction_run(tmp_path_factory):
     """The induction task on attn-only-2l with two heads of 8 per layer (so composition has
     pairs to compare), briefly trained (4 checkpoints; the heads have not formed)."""
-    return make_run(tmp_path_factory.mktemp("induction") / "run", task="induction", steps=300,
-                    eval_every=100, n_heads=2, d_head=8)
+    return make_run(
+        tmp_path_factory.mktemp("induction") / "run",
+        task="induction",
+        steps=300,
+        eval_every=100,
+        n_heads=2,
+        d_head=8,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -104,6 +204,7 @@ def chromium():
     """Debian's Chromium, launched once for the session and shared by every browser test
     (Playwright's sync API allows one running instance per thread)."""
     from browser import close_shared_browser, shared_browser
+
     yield shared_browser()
     close_shared_browser()
 
@@ -115,11 +216,20 @@ GROKKING_SETS = dict(p=13, train_fraction=0.3, d_model=16, d_head=4, d_mlp=32, s
 
 @pytest.fixture(scope="session")
 def grokking_run(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("grok") / "run", task="modular-addition",
-                    recipe="grokking", **GROKKING_SETS)
+    return make_run(
+        tmp_path_factory.mktemp("grok") / "run",
+        task="modular-addition",
+        recipe="grokking",
+        **GROKKING_SETS,
+    )
 
 
 @pytest.fixture(scope="session")
 def grokking_seeds(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("grok-seeds") / "runs", task="modular-addition",
-                    recipe="grokking", seeds="0-2", **GROKKING_SETS)
+    return make_run(
+        tmp_path_factory.mktemp("grok-seeds") / "runs",
+        task="modular-addition",
+        recipe="grokking",
+        seeds="0-2",
+        **GROKKING_SETS,
+    )

@@ -17,10 +17,14 @@ import torch
 
 def tl_runner(bridge):
     """TransformerLens's bridge as a `run(tokens, hooks)`."""
+
     def run(tokens, hooks):
-        fwd = [(name, (lambda f: lambda act, hook: f(act, hook.name))(fn))
-               for name, fn in hooks.items()]
+        fwd = [
+            (name, (lambda f: lambda act, hook: f(act, hook.name))(fn))
+            for name, fn in hooks.items()
+        ]
         return bridge.run_with_hooks(tokens, fwd_hooks=fwd)
+
     return run
 
 
@@ -51,6 +55,12 @@ def hooked_edge_logits(run, graph, tokens, refs, mask):
     def read(r):
         """The stream at receiver r: every sender before it, ablated edges swapped out."""
         x = 0
+        # b_O (imported models) of every attention layer the receiver reads after, never ablated
+        node = graph.node_of(r)
+        after = cfg.n_layers if node == "logits" else int(node[1:].split(".")[0]) + (node[0] == "m")
+        for L in range(after):
+            if f"blocks.{L}.attn.b_O" in t:
+                x = x + t[f"blocks.{L}.attn.b_O"]
         for e, s in graph.into[r]:
             x = x + output(s) - (1 - mask[e]) * (output(s) - ref[s])
         return x
@@ -65,18 +75,22 @@ def hooked_edge_logits(run, graph, tokens, refs, mask):
         def hook(x, name):
             heads = []
             for h in range(cfg.n_heads):
-                y = ln(read(f"a{L}.{h}.{kind}"),
-                       f"blocks.{L}.ln1") @ t[f"blocks.{L}.attn.W_{kind.upper()}"][h]
+                y = (
+                    ln(read(f"a{L}.{h}.{kind}"), f"blocks.{L}.ln1")
+                    @ t[f"blocks.{L}.attn.W_{kind.upper()}"][h]
+                )
                 if cfg.qkv_bias:
                     y = y + t[f"blocks.{L}.attn.b_{kind.upper()}"][h]
                 heads.append(y)
             return torch.stack(heads, 2)
+
         return hook
 
     def mlp_hook(L):
         def hook(x, name):
             x = ln(read(f"m{L}"), f"blocks.{L}.ln2")
             return x @ t[f"blocks.{L}.mlp.W_in"] + t[f"blocks.{L}.mlp.b_in"]
+
         return hook
 
     last = f"blocks.{cfg.n_layers - 1}.hook_resid_post"

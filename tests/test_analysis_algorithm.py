@@ -6,8 +6,17 @@ import numpy as np
 import pytest
 
 from flatformer.analysis.algorithm import (
-    checks_for, class_separation, nudge, position_ladder, production, query_separation,
-    recall_sources, recency, retrieval, run_checks)
+    checks_for,
+    class_separation,
+    nudge,
+    position_ladder,
+    production,
+    query_separation,
+    recall_sources,
+    recency,
+    retrieval,
+    run_checks,
+)
 from flatformer.analysis.geometry import hull_distance, ladder, min_norm_point, separation
 from flatformer.data import TaskData
 from flatformer.evaluate import evaluate_run
@@ -24,6 +33,7 @@ def _segment(a, b):
 def _triangle(a, b, c):
     def side(u, v):
         return u[0] * v[1] - u[1] * v[0]
+
     s = [side(b - a, -a), side(c - b, -b), side(a - c, -c)]
     if all(x >= 0 for x in s) or all(x <= 0 for x in s):
         return 0.0
@@ -73,7 +83,7 @@ def test_ladder_measures_order_along_the_main_axis():
     line = np.outer(np.arange(8), [1.0, 2.0]) + noise
     lad = ladder(line)
     assert lad["monotone"] and lad["rho"] == pytest.approx(1.0) and lad["axis_share"] > 0.99
-    swapped = line[[0, 1, 2, 3, 5, 4, 6, 7]]    # one step backwards: 3 -> 5 -> 4 -> 6
+    swapped = line[[0, 1, 2, 3, 5, 4, 6, 7]]  # one step backwards: 3 -> 5 -> 4 -> 6
     lad = ladder(swapped)
     assert not lad["monotone"] and lad["steps_in_order"] == 6 and lad["rho"] < 1
 
@@ -138,14 +148,18 @@ def test_production_and_nudge_by_hand(paper):
     for w, i, c in zip(inputs, index, cos):
         source = [j for j in range(i) if even[w[j]]][-1]
         _, cache = model.run_with_cache(w)
-        out = cache["blocks.0.hook_attn_out"][0, i]     # no W_O: the head's z is the output
+        out = cache["blocks.0.hook_attn_out"][0, i]  # no W_O: the head's z is the output
         v = (t["embed.W_E"][w[source]] + t["pos_embed.W_pos"][source]) @ t["blocks.0.attn.W_V"][0]
         assert c == pytest.approx(out @ v / np.linalg.norm(out) / np.linalg.norm(v), abs=1e-12)
     nd = nudge(model, inputs, index, targets)
     # Without attention, z = e: the output network applied to the embeddings alone.
     e = t["embed.W_E"][inputs[np.arange(50), index]] + t["pos_embed.W_pos"][index]
-    h = e + np.maximum(e @ t["blocks.0.mlp.W_in"] + t["blocks.0.mlp.b_in"], 0) @ t[
-        "blocks.0.mlp.W_out"] + t["blocks.0.mlp.b_out"]
+    h = (
+        e
+        + np.maximum(e @ t["blocks.0.mlp.W_in"] + t["blocks.0.mlp.b_in"], 0)
+        @ t["blocks.0.mlp.W_out"]
+        + t["blocks.0.mlp.b_out"]
+    )
     logits = h @ t["unembed.W_U"] + t["unembed.b_U"]
     assert nd["without_attention"] == pytest.approx(np.mean(logits.argmax(-1) == targets))
 
@@ -154,9 +168,11 @@ def test_encode_and_detect_measures_on_the_paper_model(paper):
     run, model, _ = paper
     vocab = run.task.vocab
     W_E = model.tensors["embed.W_E"]
-    classes = {"even": W_E[[vocab.index(str(i)) for i in range(0, 11, 2)]],
-               "odd": W_E[[vocab.index(str(i)) for i in range(1, 11, 2)]],
-               "+": W_E[[vocab.index("+")]]}
+    classes = {
+        "even": W_E[[vocab.index(str(i)) for i in range(0, 11, 2)]],
+        "odd": W_E[[vocab.index(str(i)) for i in range(1, 11, 2)]],
+        "+": W_E[[vocab.index("+")]],
+    }
     pairs = class_separation(classes)
     assert list(pairs) == ["even / odd", "even / +", "odd / +"]
     for pair in pairs.values():
@@ -178,8 +194,14 @@ def test_tasks_declare_their_checks(paper):
 
         @staticmethod
         def checks(ctx):
-            return [{"step": "1 encode", "measure": "vocabulary", "value": ctx.model.cfg.d_vocab,
-                     "shown": str(ctx.model.cfg.d_vocab)}]
+            return [
+                {
+                    "step": "1 encode",
+                    "measure": "vocabulary",
+                    "value": ctx.model.cfg.d_vocab,
+                    "shown": str(ctx.model.cfg.d_vocab),
+                }
+            ]
 
     class Unknown:
         name = "no-checks"

@@ -11,8 +11,6 @@ from flatformer.runs import load_run
 from clitools import assert_one_line_error, cli
 
 
-
-
 @pytest.fixture(scope="module")
 def paper_report(paper_run):
     result = cli("analyze", paper_run, "--json", "--patch", "4 1 + 4 6 9 5 +", "4 1 + 4 8 9 5 +")
@@ -29,12 +27,20 @@ def test_analyze_reports_the_five_steps_and_knobs_on_the_paper_model(paper_repor
     assert paper_report["held_out"]["rule_error"] == pytest.approx(error)
     assert nudge == pytest.approx(1 - error, abs=1e-12)
     knobs = {k["name"]: k for k in paper_report["knobs"]}
-    for name in ("head 0.0 zero", "head 0.0 mean", "mlp 0 off", "positions off", "beta 0",
-                 "beta 0.5", "beta 2", "beta 3"):
+    for name in (
+        "head 0.0 zero",
+        "head 0.0 mean",
+        "mlp 0 off",
+        "positions off",
+        "beta 0",
+        "beta 0.5",
+        "beta 2",
+        "beta 3",
+    ):
         kl = np.array(knobs[name]["kl"])
         assert len(kl) == paper_report["prompts"]["count"] and np.all(kl >= 0)
         assert knobs[name]["max"] == kl.max()
-    assert knobs["head 0.0 zero"]["median"] > 1          # no retrieval without the head
+    assert knobs["head 0.0 zero"]["median"] > 1  # no retrieval without the head
     assert paper_report["prompts"]["text"][0] == "4 1 + 4 6 9 5 +"
     patching = paper_report["patching"]
     assert patching["restored"][0][4] == pytest.approx(1.0)
@@ -43,15 +49,24 @@ def test_analyze_reports_the_five_steps_and_knobs_on_the_paper_model(paper_repor
 def test_analyze_prints_tables(paper_run):
     result = cli("analyze", paper_run)
     assert result.returncode == 0, result.stderr
-    for heading in ("The algorithm, measured", "Knobs", "Logit lens", "exact", "Circuits",
-                    "3 retrieve", "5 nudge", "beta 0"):
+    for heading in (
+        "The algorithm, measured",
+        "Knobs",
+        "Logit lens",
+        "exact",
+        "Circuits",
+        "3 retrieve",
+        "5 nudge",
+        "beta 0",
+    ):
         assert heading in result.stdout
 
 
 def test_analyze_on_the_simulator_run(simulator_run, tmp_path):
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text("# two prompts, one too long for the context\n4 1 + 4 6\n\n"
-                       "1 2 3 4 5 6 7 8 9 10 + 2 +\n")
+    prompts.write_text(
+        "# two prompts, one too long for the context\n4 1 + 4 6\n\n1 2 3 4 5 6 7 8 9 10 + 2 +\n"
+    )
     result = cli("analyze", simulator_run, "--prompts", prompts, "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -76,8 +91,9 @@ def test_analyze_bad_input_is_one_line(paper_run, tmp_path):
 
 def test_generate_is_seeded_and_top_k_1_is_greedy(paper_run):
     def tokens(*args):
-        result = cli("generate", paper_run, "--prompt", "4 1 + 4 6 9 5 + 6 3", "-n", 15,
-                     "--json", *args)
+        result = cli(
+            "generate", paper_run, "--prompt", "4 1 + 4 6 9 5 + 6 3", "-n", 15, "--json", *args
+        )
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)["tokens"]
 
@@ -85,9 +101,11 @@ def test_generate_is_seeded_and_top_k_1_is_greedy(paper_run):
     assert len(first) == 15 and first == tokens("--seed", 5)
     assert first != tokens("--seed", 6)
     assert tokens("--top-k", 1, "--seed", 9) == tokens("--greedy")
-    result = cli("generate", paper_run, "--prompt", "4 1 + 4 6 9 5 +", "-n", 3, "--greedy",
-                 "--verbose")
-    assert result.returncode == 0 and result.stdout.startswith("4 1 + 4 6 9 5 + 6")
+    result = cli(
+        "generate", paper_run, "--prompt", "4 1 + 4 6 9 5 +", "-n", 3, "--greedy", "--verbose"
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("prompt     4 1 + 4 6 9 5 +\ngenerated  6")
     assert "draw u" in result.stdout and "greedy" in result.stdout
 
 
@@ -95,14 +113,24 @@ def test_generate_bad_input_is_one_line(paper_run):
     assert_one_line_error(cli("generate", paper_run, "--prompt", "4 x +"), "'x'", "vocabulary")
     assert_one_line_error(cli("generate", paper_run, "--prompt", "4 1", "--top-p", 2), "top-p")
     assert_one_line_error(cli("generate", paper_run, "--prompt", "  "), "empty")
-    assert_one_line_error(cli("generate", paper_run, "--prompt", "4 1 +", "--head-off", "0.3"),
-                          "no head 0.3")
+    assert_one_line_error(
+        cli("generate", paper_run, "--prompt", "4 1 +", "--head-off", "0.3"), "no head 0.3"
+    )
 
 
 def test_generate_with_a_head_off_changes_the_answer(paper_run):
     def first(*args):
-        result = cli("generate", paper_run, "--prompt", "4 1 + 4 6 9 5 +", "-n", 1, "--greedy",
-                     "--json", *args)
+        result = cli(
+            "generate",
+            paper_run,
+            "--prompt",
+            "4 1 + 4 6 9 5 +",
+            "-n",
+            1,
+            "--greedy",
+            "--json",
+            *args,
+        )
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)["tokens"][0]
 

@@ -6,15 +6,27 @@ import numpy as np
 import pytest
 
 from flatformer.analysis.interventions import (
-    combine, head_means, kl_divergence, knob_kls, mean_head, mlp_off, next_token_logits, patch,
-    patching_sweep, positions_off, scale_scores, standard_knobs, switches, zero_head)
+    combine,
+    head_means,
+    kl_divergence,
+    knob_kls,
+    mean_head,
+    mlp_off,
+    next_token_logits,
+    patch,
+    patching_sweep,
+    positions_off,
+    scale_scores,
+    standard_knobs,
+    switches,
+    zero_head,
+)
 from flatformer.errors import FlatformerError
-from flatformer.model import init_params
+from flatformer.engine.model import init_params
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
 
 from conftest import CONFIGS, random_model
-
 
 
 @pytest.fixture(params=list(CONFIGS))
@@ -39,6 +51,7 @@ def zero_rows(h):
         t = t.copy()
         t[h] = 0.0
         return t
+
     return fn
 
 
@@ -50,8 +63,9 @@ def test_zero_head_equals_zeroing_its_value_weights(model):
             if cfg.qkv_bias:  # with a value bias, z = pattern @ (x W_V + b_V): zero both
                 changes[f"blocks.{layer}.attn.b_V"] = zero_rows(h)
             oracle = edited(model, **changes)
-            np.testing.assert_allclose(model(tokens, zero_head(layer, h)), oracle(tokens),
-                                       atol=1e-12)
+            np.testing.assert_allclose(
+                model(tokens, zero_head(layer, h)), oracle(tokens), atol=1e-12
+            )
             assert np.abs(model(tokens) - oracle(tokens)).max() > 1e-6
 
 
@@ -62,8 +76,13 @@ def test_mlp_off_equals_zero_output_weights(model):
             switches(cfg, mlps_off=[0])
         return
     for layer in range(cfg.n_layers):
-        oracle = edited(model, **{f"blocks.{layer}.mlp.W_out": np.zeros_like,
-                                  f"blocks.{layer}.mlp.b_out": np.zeros_like})
+        oracle = edited(
+            model,
+            **{
+                f"blocks.{layer}.mlp.W_out": np.zeros_like,
+                f"blocks.{layer}.mlp.b_out": np.zeros_like,
+            },
+        )
         np.testing.assert_allclose(model(tokens, mlp_off(layer)), oracle(tokens), atol=1e-12)
 
 
@@ -77,12 +96,16 @@ def test_beta_scaling_equals_scaling_the_query_weights(model):
     cfg, tokens = model.cfg, tokens_for(model.cfg)
     for beta in (0.0, 0.5, 3.0):
         # scores = (x W_Q + b_Q) . k / sqrt(dh): scaling W_Q and b_Q by beta scales every score.
-        changes = {f"blocks.{layer}.attn.{w}": (lambda b: lambda t: b * t)(beta)
-                   for layer in range(cfg.n_layers) for w in ("W_Q", "b_Q")
-                   if w == "W_Q" or cfg.qkv_bias}
+        changes = {
+            f"blocks.{layer}.attn.{w}": (lambda b: lambda t: b * t)(beta)
+            for layer in range(cfg.n_layers)
+            for w in ("W_Q", "b_Q")
+            if w == "W_Q" or cfg.qkv_bias
+        }
         hooks = scale_scores(beta, n_layers=cfg.n_layers)
-        np.testing.assert_allclose(model(tokens, hooks), edited(model, **changes)(tokens),
-                                   atol=1e-10)
+        np.testing.assert_allclose(
+            model(tokens, hooks), edited(model, **changes)(tokens), atol=1e-10
+        )
     unchanged = model(tokens, scale_scores(1.0, n_layers=cfg.n_layers))
     assert np.all(kl_divergence(model(tokens), unchanged) == 0)
 
@@ -104,8 +127,9 @@ def test_mean_ablation_against_its_own_prompt_changes_nothing(model):
     np.testing.assert_allclose(model(tokens, mean_head(0, 0, means)), model(tokens), atol=1e-12)
     reference = tokens_for(model.cfg, batch=40, seed=1)
     means = head_means(model, reference)
-    by_hand = np.mean([model.run_with_cache(r)[1]["blocks.0.attn.hook_z"][0] for r in reference],
-                      axis=0)
+    by_hand = np.mean(
+        [model.run_with_cache(r)[1]["blocks.0.attn.hook_z"][0] for r in reference], axis=0
+    )
     np.testing.assert_allclose(means[0], by_hand, atol=1e-12)
     _, cache = model.run_with_cache(tokens, mean_head(0, 0, means))
     np.testing.assert_allclose(cache["blocks.0.attn.hook_z"][0, :, 0], by_hand[:, 0], atol=1e-12)
@@ -118,8 +142,10 @@ def test_kl_equals_the_direct_formula():
     for i in range(7):
         zp = sum(math.exp(v) for v in p_logits[i])
         zq = sum(math.exp(v) for v in q_logits[i])
-        direct = sum(math.exp(a) / zp * (math.log(math.exp(a) / zp) - math.log(math.exp(b) / zq))
-                     for a, b in zip(p_logits[i], q_logits[i]))
+        direct = sum(
+            math.exp(a) / zp * (math.log(math.exp(a) / zp) - math.log(math.exp(b) / zq))
+            for a, b in zip(p_logits[i], q_logits[i])
+        )
         assert abs(kl[i] - direct) < 1e-12
     assert np.all(kl_divergence(p_logits, p_logits + 5.0) < 1e-15)  # a constant shift: no change
 
@@ -144,12 +170,15 @@ def test_patching_the_whole_stream_gives_the_clean_run(model):
     cfg = model.cfg
     clean, corrupt = tokens_for(cfg, 2, 0), tokens_for(cfg, 2, 1)
     clean_logits, clean_cache = model.run_with_cache(clean)
-    np.testing.assert_allclose(model(corrupt, patch(clean_cache, "blocks.0.hook_resid_pre")),
-                               clean_logits, atol=1e-12)
+    np.testing.assert_allclose(
+        model(corrupt, patch(clean_cache, "blocks.0.hook_resid_pre")), clean_logits, atol=1e-12
+    )
     # One head's z at one position: exactly that slice changes in the patched run.
     _, cache = model.run_with_cache(corrupt, patch(clean_cache, "blocks.0.attn.hook_z", 3, 0))
-    z, corrupt_z = cache["blocks.0.attn.hook_z"], model.run_with_cache(corrupt)[1][
-        "blocks.0.attn.hook_z"]
+    z, corrupt_z = (
+        cache["blocks.0.attn.hook_z"],
+        model.run_with_cache(corrupt)[1]["blocks.0.attn.hook_z"],
+    )
     np.testing.assert_array_equal(z[:, 3, 0], clean_cache["blocks.0.attn.hook_z"][:, 3, 0])
     changed = np.any(z != corrupt_z, axis=(0, 3))
     assert changed[3, 0] and changed.sum() == 1
@@ -178,8 +207,14 @@ def test_every_knob_reports_a_kl_on_the_paper_model(paper_run):
     knobs = standard_knobs(model, tokens_for(model.cfg, 64))
     kls = knob_kls(model, prompts, knobs)
     names = set(kls)
-    assert {"head 0.0 zero", "head 0.0 mean", "mlp 0 off", "positions off", "beta 0",
-            "beta 3"} <= names
+    assert {
+        "head 0.0 zero",
+        "head 0.0 mean",
+        "mlp 0 off",
+        "positions off",
+        "beta 0",
+        "beta 3",
+    } <= names
     for name, values in kls.items():
         assert values.shape == (3,) and np.all(np.isfinite(values)) and np.all(values >= 0), name
     # The head is the whole retrieval: switching it off moves every `+` prediction.

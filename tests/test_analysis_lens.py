@@ -3,10 +3,9 @@
 import numpy as np
 import pytest
 
-from flatformer.analysis.lens import (
-    contributions, lens_note, lens_summary, logit_lens, stage_names)
+from flatformer.analysis.lens import contributions, lens_note, lens_summary, logit_lens, stage_names
 from flatformer.config import preset
-from flatformer.model import init_params
+from flatformer.engine.model import init_params
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
 
@@ -35,6 +34,7 @@ def test_contributions_sum_exactly_to_the_logits(model):
     expected = ["embed", "pos"]
     for layer in range(cfg.n_layers):
         expected += [f"{layer}.head {h}" for h in range(cfg.n_heads)]
+        expected += [f"{layer}.attn bias"] if cfg.attn_out_bias else []
         expected += [] if cfg.attn_only else [f"{layer}.mlp", f"{layer}.mlp bias"]
     expected += ["ln_final bias"] if cfg.ln_final else []
     assert names == expected + (["bias"] if cfg.unembed_bias else [])
@@ -45,6 +45,7 @@ def test_head_terms_add_up_to_the_attention_output(model):
     heads, whole = contributions(model, tokens), contributions(model, tokens, by_head=False)
     for layer in range(model.cfg.n_layers):
         summed = sum(heads[f"{layer}.head {h}"] for h in range(model.cfg.n_heads))
+        summed = summed + heads.get(f"{layer}.attn bias", 0)  # b_O, with attn_out_bias
         np.testing.assert_allclose(summed, whole[f"{layer}.attn"], atol=1e-12)
 
 
@@ -55,10 +56,12 @@ def test_each_lens_stage_is_the_stream_times_the_unembedding(model):
     assert list(lens) == [label for label, _ in stage_names(model)]
     # After the embeddings, by hand: (W_E[token] + W_pos[position]) W_U + b_U.
     stream = t["embed.W_E"][tokens] + t["pos_embed.W_pos"][: cfg.n_ctx]
-    if cfg.ln_final:   # (x - mean) / sqrt(var + eps) * w + b, recomputed on this stream
+    if cfg.ln_final:  # (x - mean) / sqrt(var + eps) * w + b, recomputed on this stream
         centred = stream - stream.mean(-1, keepdims=True)
-        stream = (centred / np.sqrt(centred.var(-1, keepdims=True) + 1e-5) * t["ln_final.w"]
-                  + t["ln_final.b"])
+        stream = (
+            centred / np.sqrt(centred.var(-1, keepdims=True) + 1e-5) * t["ln_final.w"]
+            + t["ln_final.b"]
+        )
     bias = t["unembed.b_U"] if cfg.unembed_bias else 0.0
     np.testing.assert_allclose(lens["embed"], stream @ t["unembed.W_U"] + bias, atol=1e-12)
     # The last stage is the model's output.
@@ -66,10 +69,13 @@ def test_each_lens_stage_is_the_stream_times_the_unembedding(model):
 
 
 def test_the_lens_says_why_it_is_exact():
-    plane = Transformer(CONFIGS["paper-2d"], init_params(CONFIGS["paper-2d"],
-                                                         [np.random.default_rng(0)]).seed(0))
-    sim = Transformer(CONFIGS["simulator-16d"], init_params(CONFIGS["simulator-16d"],
-                                                            [np.random.default_rng(0)]).seed(0))
+    plane = Transformer(
+        CONFIGS["paper-2d"], init_params(CONFIGS["paper-2d"], [np.random.default_rng(0)]).seed(0)
+    )
+    sim = Transformer(
+        CONFIGS["simulator-16d"],
+        init_params(CONFIGS["simulator-16d"], [np.random.default_rng(0)]).seed(0),
+    )
     assert "no final LayerNorm" in lens_note(plane) and "inside" not in lens_note(plane)
     assert "LayerNorms sit inside" in lens_note(sim) and "no final LayerNorm" in lens_note(sim)
 

@@ -18,8 +18,9 @@ def test_temperature_is_a_softmax_of_scaled_logits():
     logits = np.array([2.0, -1.0, 0.5, 0.5])
     for T in (0.3, 1.0, 4.0):
         z = sum(math.exp(v / T) for v in logits)
-        np.testing.assert_allclose(distribution(logits, T), [math.exp(v / T) / z for v in logits],
-                                   atol=1e-15)
+        np.testing.assert_allclose(
+            distribution(logits, T), [math.exp(v / T) / z for v in logits], atol=1e-15
+        )
     np.testing.assert_array_equal(distribution(logits, 0.0), [1, 0, 0, 0])
 
 
@@ -50,8 +51,11 @@ def test_top_p_keeps_the_smallest_likeliest_set_reaching_p(logits, p):
     kept = probs > 0
     # Brute force over prefixes of the likeliest-first order.
     order = np.argsort(-logits, kind="stable")
-    n = next(i for i in range(1, len(order) + 1)
-             if full[order[:i]].sum() >= p * (1 - 1e-12) or i == len(order))
+    n = next(
+        i
+        for i in range(1, len(order) + 1)
+        if full[order[:i]].sum() >= p * (1 - 1e-12) or i == len(order)
+    )
     assert sorted(np.flatnonzero(kept)) == sorted(order[:n])
     np.testing.assert_allclose(probs[kept], full[kept] / full[kept].sum(), atol=1e-12)
 
@@ -86,7 +90,7 @@ def test_generation_is_seeded_and_top_k_1_is_greedy(paper_run):
     seq = list(prompt)
     for _ in range(20):
         seq.append(int(model(np.array(seq[-8:]))[0, -1].argmax()))
-    assert seq[len(prompt):] == greedy
+    assert seq[len(prompt) :] == greedy
 
 
 def test_a_prompt_longer_than_the_context_slides_the_window(paper_run):
@@ -103,6 +107,7 @@ def test_a_prompt_longer_than_the_context_slides_the_window(paper_run):
 
 def test_generation_uses_the_switched_model(paper_run):
     from flatformer.analysis.interventions import switches, zero_head
+
     model = load_run(paper_run).model()
     prompt = [4, 1, 11, 4, 6, 9, 5, 11]
     hooks = switches(model.cfg, heads_off=[(0, 0)])
@@ -113,7 +118,11 @@ def test_generation_uses_the_switched_model(paper_run):
     assert [s.token for s in steps] == seq[8:]
     # Without its head the model cannot retrieve the 6.
     assert steps[0].token != 6
-    for bad in ({"heads_off": [(0, 1)]}, {"heads_off": [(1, 0)]}, {"mlps_off": [2]},
-                {"beta": float("nan")}):
+    for bad in (
+        {"heads_off": [(0, 1)]},
+        {"heads_off": [(1, 0)]},
+        {"mlps_off": [2]},
+        {"beta": float("nan")},
+    ):
         with pytest.raises(FlatformerError):
             switches(model.cfg, **bad)

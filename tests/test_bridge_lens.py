@@ -17,7 +17,6 @@ def tokens_for(cfg, seed=0, batch=6):
     return np.random.default_rng(seed).integers(0, cfg.d_vocab, (batch, cfg.n_ctx))
 
 
-
 @pytest.mark.parametrize("fixture", RUNS)
 def test_torch_and_transformer_lens_logits_equal_the_engine(fixture, request):
     run = load_run(request.getfixturevalue(fixture))
@@ -45,7 +44,31 @@ def test_transformer_lens_on_layernorm_biases_and_two_layers():
     np.testing.assert_allclose(logits, model(tokens), atol=1e-9, rtol=0)
 
 
-CACHE_CONFIGS = {name: preset(name, 12) for name in ["paper-2d", "simulator-16d", "paper-2d-2layer"]}
+@pytest.mark.parametrize(
+    "features",
+    [
+        dict(attn_out_bias=True),
+        dict(act_fn="gelu_erf"),
+        dict(d_vocab_out=9),
+        dict(attn_out_bias=True, act_fn="gelu_erf", d_vocab_out=9, unembed_bias=True),
+    ],
+)
+def test_imported_model_features_in_both_bridges(features):
+    """b_O, the exact GELU and d_vocab_out < d_vocab: torch and TransformerLens equal the engine."""
+    cfg = preset("simulator-16d", 13, n_layers=2, **features)
+    model = random_model(cfg)
+    tokens = tokens_for(cfg)
+    with torch.no_grad():
+        tl_logits = to_transformer_lens(model)(torch.tensor(tokens)).numpy()
+        torch_logits = to_torch(model)(torch.tensor(tokens)).numpy()
+    assert tl_logits.shape[-1] == cfg.vocab_out
+    np.testing.assert_allclose(tl_logits, model(tokens), atol=1e-9, rtol=0)
+    np.testing.assert_allclose(torch_logits, model(tokens), atol=1e-9, rtol=0)
+
+
+CACHE_CONFIGS = {
+    name: preset(name, 12) for name in ["paper-2d", "simulator-16d", "paper-2d-2layer"]
+}
 CACHE_CONFIGS["attn-only-ln-final"] = CONFIGS["attn-only-ln-final"]
 # A final LayerNorm without block LayerNorms: TransformerLens ties the two, the bridge does not.
 CACHE_CONFIGS["2d-attn-only-ln-final"] = preset("paper-2d-2layer", 12, d_mlp=0, ln_final=True)
@@ -98,6 +121,7 @@ def test_circuit_singular_values_equal_transformer_lens(name):
 @pytest.mark.parametrize("name", ["paper-2d", "simulator-16d", "paper-2d-2layer"])
 def test_our_logit_decomposition_matches_transformer_lens(name):
     from flatformer.analysis.lens import contributions
+
     cfg = preset(name, 12)
     model = random_model(cfg)
     tokens = tokens_for(cfg, batch=3)
@@ -110,14 +134,15 @@ def test_our_logit_decomposition_matches_transformer_lens(name):
     for part, label in zip(parts.numpy(), labels):
         name_ = {"embed": "embed", "pos_embed": "pos"}.get(label)
         if name_ is None:
-            layer, kind = label.split("_", 1)                 # "0_attn_out", "0_mlp_out"
+            layer, kind = label.split("_", 1)  # "0_attn_out", "0_mlp_out"
             name_ = f"{layer}.attn" if kind == "attn_out" else f"{layer}.mlp"
-            if kind == "mlp_out":                             # ours splits off the bias b_out
-                np.testing.assert_allclose(part @ W_U, ours[name_] + ours[name_ + " bias"],
-                                           atol=1e-12)
+            if kind == "mlp_out":  # ours splits off the bias b_out
+                np.testing.assert_allclose(
+                    part @ W_U, ours[name_] + ours[name_ + " bias"], atol=1e-12
+                )
                 continue
         np.testing.assert_allclose(part @ W_U, ours[name_], atol=1e-12, err_msg=label)
     per_head = contributions(model, tokens)
-    for part, label in zip(heads.numpy(), head_labels):   # "L0H1"
+    for part, label in zip(heads.numpy(), head_labels):  # "L0H1"
         layer, head = label[1:].split("H")
         np.testing.assert_allclose(part @ W_U, per_head[f"{layer}.head {head}"], atol=1e-12)

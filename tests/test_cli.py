@@ -10,8 +10,6 @@ import typer
 from clitools import assert_one_line_error, cli
 
 
-
-
 def test_eval_json_reports_the_final_rule_error(paper_run):
     result = cli("eval", paper_run, "--json")
     assert result.returncode == 0, result.stderr
@@ -37,19 +35,23 @@ def test_gradcheck_passes_for_every_preset():
         assert worst < 1e-6
 
 
-@pytest.mark.parametrize("args, words", [
-    (["train", "no-such-task"], ["unknown task", "no-such-task"]),
-    (["train", "plus-last-even", "--preset", "huge"], ["unknown preset", "huge"]),
-    (["train", "plus-last-even", "--set", "colour=red"], ["unknown key", "colour"]),
-    (["train", "plus-last-even", "--set", "lr"], ["key=value"]),
-    (["train", "plus-last-even", "--set", "d_model=3"], ["n_heads * d_head"]),
-    (["train", "plus-last-even", "--set", "steps=0"], ["steps"]),
-    (["train", "plus-last-even", "--seeds", "9-2"], ["--seeds"]),
-    (["eval", "no/such/run"], ["not a flatformer run"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["train", "no-such-task"], ["unknown task", "no-such-task"]),
+        (["train", "plus-last-even", "--preset", "huge"], ["unknown preset", "huge"]),
+        (["train", "plus-last-even", "--set", "colour=red"], ["unknown key", "colour"]),
+        (["train", "plus-last-even", "--set", "lr"], ["key=value"]),
+        (["train", "plus-last-even", "--set", "d_model=3"], ["n_heads * d_head"]),
+        (["train", "plus-last-even", "--set", "steps=0"], ["steps"]),
+        (["train", "plus-last-even", "--seeds", "9-2"], ["--seeds"]),
+        (["eval", "no/such/run"], ["not a flatformer run"]),
+    ],
+)
 def test_bad_input_gets_one_line(tmp_path, args, words):
-    assert_one_line_error(cli(*args, "--out", tmp_path / "x") if args[0] == "train"
-                          else cli(*args), *words)
+    assert_one_line_error(
+        cli(*args, "--out", tmp_path / "x") if args[0] == "train" else cli(*args), *words
+    )
 
 
 @pytest.fixture
@@ -84,6 +86,7 @@ def test_a_pickle_in_place_of_a_checkpoint_is_never_unpickled(run_copy, tmp_path
 
 def test_nan_weights_in_a_checkpoint_are_refused(run_copy):
     from safetensors.numpy import load_file, save_file
+
     path = run_copy / "checkpoints/step_020000.safetensors"
     tensors = load_file(path)
     tensors["embed.W_E"] = np.full_like(tensors["embed.W_E"], np.nan)
@@ -97,6 +100,7 @@ def test_an_interrupt_is_said_in_one_line(monkeypatch, capsys, raised):
 
     def interrupted(**kwargs):
         raise raised()
+
     monkeypatch.setattr(cli_module, "app", interrupted)
     with pytest.raises(SystemExit) as exit_:
         cli_module.main(["tasks"])

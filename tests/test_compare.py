@@ -5,14 +5,22 @@ import numpy as np
 import pytest
 
 from flatformer.analysis import algorithm
-from flatformer.compare import (canonical_cycle, canonical_line, collapse_cycle, compare_models,
-                                procrustes, recall_spec, rotate_tensors, window_rows,
-                                zone_sequence)
-from flatformer.compare_report import summary
+from flatformer.compare import (
+    canonical_cycle,
+    canonical_line,
+    collapse_cycle,
+    compare_models,
+    procrustes,
+    recall_spec,
+    rotate_tensors,
+    summary,
+    window_rows,
+    zone_sequence,
+)
 from flatformer.config import preset
 from flatformer.data import TaskData
 from flatformer.errors import FlatformerError
-from flatformer.model import Params, init_params
+from flatformer.engine.model import Params, init_params
 from flatformer.runs import load_run
 from flatformer.tasks import get_task
 from flatformer.transformer import Transformer
@@ -55,11 +63,11 @@ def test_procrustes_recovers_a_known_orthogonal_map(d, reflect):
     R0 = random_orthogonal(d, 7, reflect)
     R, residual = procrustes(np.stack([A, A @ R0.T]), A)
     assert np.abs(R[0] - np.eye(d)).max() < 1e-9
-    assert np.abs(R[1] - R0).max() < 1e-9               # A R0^T R0 = A
+    assert np.abs(R[1] - R0).max() < 1e-9  # A R0^T R0 = A
     assert (np.linalg.det(R[1]) < 0) == reflect
     assert residual.max() < 1e-12
     noisy = A + 0.1 * np.random.default_rng(1).standard_normal(A.shape)
-    assert procrustes(noisy[None], A)[1][0] > 0.01     # a residual when no map is exact
+    assert procrustes(noisy[None], A)[1][0] > 0.01  # a residual when no map is exact
 
 
 def test_rotating_the_stream_keeps_the_function(paper):
@@ -71,7 +79,7 @@ def test_rotating_the_stream_keeps_the_function(paper):
     assert np.abs(logits_r - logits).max() < 1e-9
     pattern = "blocks.0.attn.hook_pattern"
     assert np.abs(cache_r[pattern] - cache[pattern]).max() < 1e-12
-    z = "blocks.0.hook_resid_mid"                       # the stream turns with R
+    z = "blocks.0.hook_resid_mid"  # the stream turns with R
     assert np.abs(cache_r[z] - cache[z] @ R).max() < 1e-9
 
 
@@ -131,7 +139,7 @@ def test_weights_recency_matches_scores_read_from_the_engine(rotated):
     for t in range(2, T):
         for b in EVENS:
             for u in range(t - 1):
-                seq = np.full(t + 1, 1)                # odd filler: layer-0 scores ignore it
+                seq = np.full(t + 1, 1)  # odd filler: layer-0 scores ignore it
                 seq[u] = seq[u + 1] = b
                 seq[t] = PLUS
                 scores = model.run_with_cache(seq)[1]["blocks.0.attn.hook_attn_scores"][0, 0, t]
@@ -150,7 +158,7 @@ def test_window_recency_equals_the_analysis_measure(paper):
     for s, t in enumerate(tensors):
         expected = algorithm.recency(Transformer(cfg, t), rows.inputs, rows.index, wanted)
         assert shares[s] == pytest.approx(expected, abs=1e-12)
-    assert shares[1] < 0.9                              # an untrained model has no recency
+    assert shares[1] < 0.9  # an untrained model has no recency
 
 
 def test_recall_roles_come_from_the_tasks_declared_checks():
@@ -177,13 +185,13 @@ def test_structures_on_hand_made_geometry(paper):
     cfg, task, w, data = paper
     good = hand_made(w, cfg.n_ctx)
     odd_on_even = {k: v.copy() for k, v in good.items()}
-    odd_on_even["embed.W_E"][1] = good["embed.W_E"][4]          # odd 1 inside the evens' hull
+    odd_on_even["embed.W_E"][1] = good["embed.W_E"][4]  # odd 1 inside the evens' hull
     off_line = {k: v.copy() for k, v in good.items()}
-    off_line["embed.W_E"][4] += [-0.6, 3.0]                       # one even off the line
+    off_line["embed.W_E"][4] += [-0.6, 3.0]  # one even off the line
     shuffled = {k: v.copy() for k, v in good.items()}
     shuffled["pos_embed.W_pos"][[2, 5]] = good["pos_embed.W_pos"][[5, 2]]
     plus_as_odd = {k: v.copy() for k, v in good.items()}
-    plus_as_odd["embed.W_E"][PLUS] = good["embed.W_E"][3]        # + queries equal 3's queries
+    plus_as_odd["embed.W_E"][PLUS] = good["embed.W_E"][3]  # + queries equal 3's queries
     c = compare_models(cfg, task, [good, odd_on_even, off_line, shuffled, plus_as_odd], data)
     m = c.measures
     # + on top of 3 also makes the + and odd classes touch.
@@ -220,8 +228,12 @@ def test_zone_order_of_a_hand_made_output_network(paper):
 
 
 def test_cycles_and_lines_compare_up_to_rotation_and_reflection():
-    assert canonical_cycle([4, 8, 0, 6]) == canonical_cycle([0, 6, 4, 8]) == \
-        canonical_cycle([6, 0, 8, 4]) == (0, 6, 4, 8)
+    assert (
+        canonical_cycle([4, 8, 0, 6])
+        == canonical_cycle([0, 6, 4, 8])
+        == canonical_cycle([6, 0, 8, 4])
+        == (0, 6, 4, 8)
+    )
     assert canonical_cycle([0, 4, 6, 8]) != canonical_cycle([0, 6, 4, 8])
     assert canonical_line([8, 2, 0]) == canonical_line([0, 2, 8]) == (0, 2, 8)
     assert collapse_cycle([2, 2, 4, 4, 0, 2]) == [2, 4, 0]
@@ -234,8 +246,13 @@ def test_a_wide_model_with_layer_norm_compares_without_a_landscape(paper):
     cfg = preset("simulator-16d", 12)
     tensors = [init_params(cfg, [np.random.default_rng(s)]).seed(0) for s in range(2)]
     R = random_orthogonal(16, 0, reflect=False)
-    tensors.append({**tensors[0], "embed.W_E": tensors[0]["embed.W_E"] @ R,
-                    "pos_embed.W_pos": tensors[0]["pos_embed.W_pos"] @ R})
+    tensors.append(
+        {
+            **tensors[0],
+            "embed.W_E": tensors[0]["embed.W_E"] @ R,
+            "pos_embed.W_pos": tensors[0]["pos_embed.W_pos"] @ R,
+        }
+    )
     c = compare_models(cfg, task, tensors, data)
     assert not c.symmetric
     assert c.zone_order == [None] * 3 and "zones_once" not in c.measures

@@ -8,14 +8,17 @@ from conftest import make_run
 from typer.testing import CliRunner
 
 from flatformer.cli import app, load_commands
-from flatformer.compare import compare_runs
-from flatformer.compare_report import aligned_landscapes, summary
-from flatformer.compare_figures import (draw_embedding_grid, draw_invariants,
-                                        draw_landscape_grid, draw_rule_errors, structure_matrix)
+from flatformer.compare import aligned_landscapes, compare_runs, summary
+from flatformer.compare.figures import (
+    draw_embedding_grid,
+    draw_invariants,
+    draw_landscape_grid,
+    draw_rule_errors,
+    structure_matrix,
+)
 from flatformer.errors import FlatformerError
 from flatformer.evaluate import evaluate_run
 from clitools import assert_one_line_error, cli
-
 
 
 def invoke(*args):
@@ -24,12 +27,12 @@ def invoke(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-
 @pytest.fixture(scope="module")
 def seeds_run(tmp_path_factory):
     """Four seeds that learn the task in 2,000 steps (a high learning rate, one candidate)."""
-    return make_run(tmp_path_factory.mktemp("seeds") / "run", seeds="0-3", steps=2000,
-                    candidates=1, lr=0.02)
+    return make_run(
+        tmp_path_factory.mktemp("seeds") / "run", seeds="0-3", steps=2000, candidates=1, lr=0.02
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +71,9 @@ def test_compare_command_writes_the_summary_and_figures(seeds_run, tmp_path):
 
 
 def test_json_output_and_reference_choice(seeds_run, tmp_path):
-    result = invoke("compare", seeds_run, "--json", "--reference", 2, "--no-figures",
-                    "--out", tmp_path)
+    result = invoke(
+        "compare", seeds_run, "--json", "--reference", 2, "--no-figures", "--out", tmp_path
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["reference_seed"] == 2
@@ -81,8 +85,10 @@ def test_compare_refuses_bad_input(seeds_run, tmp_path):
     assert_one_line_error(cli("compare", seeds_run / "seed_0"), "--seeds")
     result = invoke("compare", seeds_run, "--success", 2)
     assert isinstance(result.exception, FlatformerError) and "--success" in str(result.exception)
-    for kwargs, words in (({"reference": 9}, "reference seed 9"),
-                          ({"step": 150}, "no checkpoint at step 150")):
+    for kwargs, words in (
+        ({"reference": 9}, "reference seed 9"),
+        ({"step": 150}, "no checkpoint at step 150"),
+    ):
         with pytest.raises(FlatformerError, match=words):
             compare_runs(seeds_run, **kwargs)
     with pytest.raises(FlatformerError, match="no run"):
@@ -123,3 +129,18 @@ def test_figures_draw_what_was_computed(comparison):
     fig = draw_rule_errors(c)
     heights = [p.get_height() for p in fig.axes[0].patches]
     assert sum(heights) == S
+
+
+def test_compare_figures_read_cleanly(comparison):
+    """No overprinted label, covered marker or text at the canvas edge (as test_figures_labels
+    measures it) in the figures `compare` saves."""
+    from test_figures_labels import problems
+
+    c = comparison
+    figures = {
+        "embedding_grid": draw_embedding_grid(c),
+        "landscape_grid": draw_landscape_grid(c, aligned_landscapes(c, resolution=40)),
+        "rule_errors": draw_rule_errors(c),
+        "invariants": draw_invariants(c),
+    }
+    assert {name: found[:5] for name, fig in figures.items() if (found := problems(fig))} == {}

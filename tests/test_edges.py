@@ -11,11 +11,19 @@ from edge_hooks import hooked_edge_logits, tl_runner
 from flatformer.bridge import to_torch, to_transformer_lens
 from flatformer.data import TaskData
 from flatformer.edges.graph import EdgeGraph
-from flatformer.edges.methods import (build_problem, eap, eap_ig, exact_effects, find_circuits,
-                                      path_patch, rank, roc_auc, spearman)
+from flatformer.edges.methods import (
+    build_problem,
+    eap,
+    eap_ig,
+    exact_effects,
+    find_circuits,
+    path_patch,
+    rank,
+    roc_auc,
+    spearman,
+)
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
-
 
 
 def random_case(cfg, seed=0, batch=4):
@@ -54,8 +62,12 @@ def test_reading_the_logits_at_positions_is_the_full_run_there(cfg):
     weights = rng.standard_normal(there.shape)
     scattered = np.zeros(full.shape)
     scattered[:, rows, index] = weights
-    np.testing.assert_allclose(graph.backward(trace, weights)[1],
-                               graph.backward(full_trace, scattered)[1], atol=1e-10, rtol=0)
+    np.testing.assert_allclose(
+        graph.backward(trace, weights)[1],
+        graph.backward(full_trace, scattered)[1],
+        atol=1e-10,
+        rtol=0,
+    )
 
 
 @pytest.mark.parametrize("bridge", ["torch", "transformer-lens"])
@@ -63,9 +75,11 @@ def test_edge_ablation_and_its_gradient_equal_hooks_on_the_bridge(cfg, bridge):
     torch.set_num_threads(1)
     model, graph, tokens, refs, rng = random_case(cfg)
     run = to_torch(model) if bridge == "torch" else tl_runner(to_transformer_lens(model))
-    weights = rng.standard_normal((*tokens.shape, cfg.d_vocab))
-    for masks in (rng.integers(0, 2, graph.n_edges).astype(float),
-                  rng.uniform(0, 1, graph.n_edges)):
+    weights = rng.standard_normal((*tokens.shape, cfg.vocab_out))
+    for masks in (
+        rng.integers(0, 2, graph.n_edges).astype(float),
+        rng.uniform(0, 1, graph.n_edges),
+    ):
         logits, trace = graph.forward(tokens, refs, masks[None])
         mask = torch.tensor(masks, requires_grad=True)
         hooked = hooked_edge_logits(run, graph, tokens, refs, mask)
@@ -82,6 +96,7 @@ def test_eap_is_the_linearisation():
     cfg = CONFIGS["2-layer"]
     model, graph, tokens, _, rng = random_case(cfg, batch=6)
     from flatformer.edges.methods import Problem
+
     refs = {s: rng.standard_normal((cfg.n_ctx, cfg.d_model)) for s in graph.senders}
     index = rng.integers(0, cfg.n_ctx, len(tokens))
     target, other = rng.integers(0, cfg.d_vocab, (2, len(tokens)))
@@ -93,7 +108,7 @@ def test_eap_is_the_linearisation():
         minus = problem.evaluate(ones + eps * np.eye(graph.n_edges))
         np.testing.assert_allclose(estimate, (plus - minus) / (2 * eps), atol=1e-6)
         if metric == "kl":
-            assert np.abs(estimate).max() < 1e-12    # KL's gradient vanishes at the clean model
+            assert np.abs(estimate).max() < 1e-12  # KL's gradient vanishes at the clean model
         if metric == "logit-diff":
             effects, _ = exact_effects(problem)
             into_logits = [e for e, (_, dst) in enumerate(graph.edges) if dst == "logits"]
@@ -108,9 +123,12 @@ def test_rank_auc_and_spearman_on_known_values():
     assert roc_auc([1, 1, 1, 1], [0, 1, 0, 1]) == 0.5
     assert np.isnan(roc_auc([1, 2], [1, 1]))
     # scipy.stats.spearmanr gives 0.8207826816681233 and 0.19885368120992467
-    assert spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(0.8207826816681233, abs=1e-12)
-    assert spearman([3, 1, 4, 1, 5, 9, 2, 6],
-                    [2, 7, 1, 8, 2, 8, 1, 8]) == pytest.approx(0.19885368120992467, abs=1e-12)
+    assert spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(
+        0.8207826816681233, abs=1e-12
+    )
+    assert spearman([3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]) == pytest.approx(
+        0.19885368120992467, abs=1e-12
+    )
 
 
 @pytest.fixture(scope="module")
@@ -129,12 +147,18 @@ def test_paper_circuit_is_faithful_minimal_and_the_papers_algorithm(paper):
     assert circuit["minimal"] and min(circuit["drop_losses"]) > circuit["tolerance"]
     kept = {tuple(e) for e in circuit["edges"]}
     # the + query and the even keys into the head, its value path, the MLP, the unembedding
-    assert {("tok", "a0.0.q"), ("tok", "a0.0.k"), ("tok", "a0.0.v"), ("a0.0", "m0"),
-            ("m0", "logits")} <= kept
+    assert {
+        ("tok", "a0.0.q"),
+        ("tok", "a0.0.k"),
+        ("tok", "a0.0.v"),
+        ("a0.0", "m0"),
+        ("m0", "logits"),
+    } <= kept
     methods = report["methods"]
     assert methods["acdc"]["faithfulness"] >= 0.95
     from flatformer.report import circuit_html
-    html = circuit_html(report)   # the reproduce report's section
+
+    html = circuit_html(report)  # the reproduce report's section
     assert "a0.0 → m0" in html and f"{circuit['edges_kept']} of 13 edges" in html
     assert f"{methods['eap']['auc']:.3f}" in html
     assert methods["eap"]["auc"] > 0.5 and methods["eap_ig"]["auc"] > 0.5
@@ -146,8 +170,9 @@ def test_path_patching_one_edge_is_its_resample_effect(paper):
     effects, _ = exact_effects(problem)
     graph = problem.graph
     for edge in [("tok", "a0.0.v"), ("a0.0", "m0"), ("tok", "a0.0.q")]:
-        assert path_patch(problem, [edge]) == pytest.approx(effects[graph.edge_index(*edge)],
-                                                            abs=1e-9)
+        assert path_patch(problem, [edge]) == pytest.approx(
+            effects[graph.edge_index(*edge)], abs=1e-9
+        )
     # the even number reaches the output only through the head's value: the query path is inert
     assert abs(path_patch(problem, [("tok", "a0.0.q")])) < 1e-12
     through = path_patch(problem, [("tok", "a0.0.v"), ("a0.0", "m0"), ("m0", "logits")])
@@ -181,6 +206,7 @@ def test_plus_last_even_corrupts_the_retrieved_even(paper):
     assert (changed.sum(1) == 1).all()
     rows = np.arange(len(inputs))
     from flatformer.analysis.algorithm import recall_sources
+
     wanted = np.array([i % 2 == 0 for i in range(11)] + [False])
     source = recall_sources(inputs, index, wanted)
     assert (corrupt[rows, source] == new).all()
@@ -190,6 +216,7 @@ def test_plus_last_even_corrupts_the_retrieved_even(paper):
 def test_circuits_command_json_and_refusals(paper_run):
     from clitools import assert_one_line_error, cli
     import json
+
     result = cli("circuits", paper_run, "--json", "--prompts", "60")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -206,8 +233,19 @@ def test_circuits_command_json_and_refusals(paper_run):
     assert_one_line_error(cli("circuits", paper_run, "--ablation", "half"), "--ablation")
     assert_one_line_error(cli("circuits", paper_run, "--methods", "eap,magic"), "magic")
     assert_one_line_error(cli("circuits", paper_run, "--path", "tok>m0,a0.0>logits"), "breaks")
-    patched = cli("circuits", paper_run, "--json", "--prompts", "60", "--methods", "eap",
-                  "--ablation", "resample", "--path", "tok>a0.0.v")
+    patched = cli(
+        "circuits",
+        paper_run,
+        "--json",
+        "--prompts",
+        "60",
+        "--methods",
+        "eap",
+        "--ablation",
+        "resample",
+        "--path",
+        "tok>a0.0.v",
+    )
     report = json.loads(patched.stdout)
     exact = [e["exact"] for e in report["edges"] if (e["src"], e["dst"]) == ("tok", "a0.0.v")]
     assert report["path_patching"]["effect"] == pytest.approx(exact[0], abs=1e-9)
@@ -216,11 +254,13 @@ def test_circuits_command_json_and_refusals(paper_run):
 def test_resample_needs_a_task_that_corrupts(paper):
     from flatformer.errors import FlatformerError
     from flatformer.tasks import get_task
+
     run, _ = paper
 
     class NoCorruption(type(get_task("last-odd"))):
         def corrupt(self, inputs, index, rng):
             return None
+
     task = NoCorruption()
     data = TaskData.build(task, run.cfg.n_ctx)
     with pytest.raises(FlatformerError, match="declares no corruption"):
@@ -230,5 +270,6 @@ def test_resample_needs_a_task_that_corrupts(paper):
 
 def test_rounding_noise_ties_at_zero():
     from flatformer.edges.methods import rounding_to_zero
+
     np.testing.assert_array_equal(rounding_to_zero([-3.0, 1e-17, -2e-16, 0.5]), [-3, 0, 0, 0.5])
     np.testing.assert_array_equal(rounding_to_zero([0.0, 0.0]), [0, 0])

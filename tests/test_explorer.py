@@ -20,8 +20,13 @@ from flatformer.cli import app, load_commands
 from flatformer.config import preset
 from flatformer.errors import FlatformerError
 from flatformer.explorer import render_html
-from flatformer.explorer.export import (export_model, export_run, pick_steps, reference_prompts,
-                                        unpack)
+from flatformer.explorer.export import (
+    export_model,
+    export_run,
+    pick_steps,
+    reference_prompts,
+    unpack,
+)
 from flatformer.runs import load_run
 
 load_commands()
@@ -30,8 +35,9 @@ EVIL = "<img src=x onerror=alert(1)>"
 
 def data_of(page: str) -> dict:
     """The JSON the page carries, read back the way the browser reads it."""
-    match = re.search(r'<script id="flatformer-data" type="application/json">(.*?)</script>',
-                      page, re.S)
+    match = re.search(
+        r'<script id="flatformer-data" type="application/json">(.*?)</script>', page, re.S
+    )
     return json.loads(match.group(1))
 
 
@@ -48,7 +54,7 @@ def test_weights_round_trip_exactly_for_every_exported_step(paper_run):
         offset = 0
         for name, shape in data["tensors"]:
             size = int(np.prod(shape))
-            np.testing.assert_array_equal(row[offset:offset + size].reshape(shape), weights[name])
+            np.testing.assert_array_equal(row[offset : offset + size].reshape(shape), weights[name])
             offset += size
     assert data["steps"][0] == 0 and data["steps"][-1] == run.steps[-1]
     assert len(data["steps"]) == 7
@@ -61,7 +67,7 @@ def test_reference_prompts_cover_every_token_and_position_and_match_the_engine(s
     assert len(prompts) >= 9
     assert {t for p in prompts for t in p} == set(range(run.cfg.d_vocab))
     assert {i for p in prompts for i in range(len(p))} == set(range(run.cfg.n_ctx))
-    assert any(len(p) < run.cfg.n_ctx for p in prompts)      # the short-sequence path too
+    assert any(len(p) < run.cfg.n_ctx for p in prompts)  # the short-sequence path too
     logits = unpack(data["reference"]["logits"])
     model = run.model(data["reference"]["step"])
     expected = np.concatenate([model(p)[0].ravel() for p in prompts])
@@ -137,23 +143,37 @@ def test_export_from_a_model_needs_a_matching_vocabulary():
 
 def test_explore_command_writes_the_page(paper_run, tmp_path):
     runner = CliRunner()
-    result = runner.invoke(app, ["explore", str(paper_run), "--step", "10000",
-                                 "--out", str(tmp_path / "page.html"), "--checkpoints", "3"])
+    result = runner.invoke(
+        app,
+        [
+            "explore",
+            str(paper_run),
+            "--step",
+            "10000",
+            "--out",
+            str(tmp_path / "page.html"),
+            "--checkpoints",
+            "3",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = data_of((tmp_path / "page.html").read_text())
     assert data["step"] == 10000 and data["steps"] == [0, 10000, 20000]
-    run = tmp_path / "run"               # a copy: the shared fixture folder stays untouched
+    run = tmp_path / "run"  # a copy: the shared fixture folder stays untouched
     shutil.copytree(paper_run, run)
     result = runner.invoke(app, ["explore", str(run), "--checkpoints", "2"])
     assert result.exit_code == 0, result.output
     assert data_of((run / "explorer.html").read_text())["steps"] == [0, 20000]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--step", "12345"], "no checkpoint at step 12345"),
-    (["--out", "/nonexistent/folder/x.html"], "does not exist"),
-    (["--checkpoints", "0"], "at least 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--step", "12345"], "no checkpoint at step 12345"),
+        (["--out", "/nonexistent/folder/x.html"], "does not exist"),
+        (["--checkpoints", "0"], "at least 1"),
+    ],
+)
 def test_explore_command_refuses_bad_input_in_one_line(paper_run, args, message):
     result = CliRunner().invoke(app, ["explore", str(paper_run), *args])
     assert result.exit_code != 0
@@ -162,6 +182,7 @@ def test_explore_command_refuses_bad_input_in_one_line(paper_run, args, message)
 
 def test_server_binds_loopback_and_serves_only_the_page():
     from flatformer.commands.explore import make_server
+
     server = make_server(b"<!DOCTYPE html>page", 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -16,7 +16,7 @@ from flatformer.explorer import render_html
 from flatformer.explorer.export import export_run, pack, unpack
 from flatformer.explorer.page import page_html
 from conftest import CONFIGS
-from flatformer.model import hook_names, init_params
+from flatformer.engine.model import hook_names, init_params
 from flatformer.readout import fit_plane
 from flatformer.runs import load_run
 from flatformer.transformer import Transformer
@@ -25,7 +25,6 @@ from flatformer.transformer import Transformer
 READY = "() => document.documentElement.dataset.ready === 'true' || !!document.querySelector('.banner.fail')"
 EVIL = "<img src=x onerror=alert(1)>"
 RUNS = ["paper_run", "simulator_run", "two_layer_run"]
-
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +37,7 @@ def page_of(tmp_path_factory):
             made[run_dir] = folder / f"page{len(made)}.html"
             made[run_dir].write_text(render_html(run_dir), encoding="utf-8")
         return made[run_dir]
+
     return make
 
 
@@ -74,6 +74,7 @@ def zero_head(h):
         z = z.copy()
         z[:, :, h] = 0.0
         return z
+
     return hook
 
 
@@ -90,12 +91,25 @@ def test_self_check_passes_and_every_panel_shows_its_hooks(chromium, page_of, re
         assert banner.get_attribute("class") == "banner ok" and "passed" in banner.text_content()
         panels = page.eval_on_selector_all("section.panel", "els => els.map(e => e.id)")
         layers = [p for l in range(cfg.n_layers) for p in (f"attend-{l}", f"think-{l}")]
-        assert panels == ["input", "embed", *layers, "readout", "knobs", "circuits", "edges", "lens"]
+        assert panels == [
+            "input",
+            "embed",
+            *layers,
+            "readout",
+            "knobs",
+            "circuits",
+            "edges",
+            "lens",
+        ]
         shown = set(page.eval_on_selector_all("code.hook", "els => els.map(e => e.textContent)"))
         # Every activation is on the page except LayerNorm scales and the later layers'
         # resid_pre (the same numbers as the previous layer's resid_post, shown there).
-        wanted = {n for n in hook_names(cfg) if "hook_scale" not in n
-                  and not (n.endswith("hook_resid_pre") and not n.startswith("blocks.0."))}
+        wanted = {
+            n
+            for n in hook_names(cfg)
+            if "hook_scale" not in n
+            and not (n.endswith("hook_resid_pre") and not n.startswith("blocks.0."))
+        }
         assert wanted <= shown, wanted - shown
         # Circuits: the singular values of every head's QK and OV against NumPy.
         weights = run.weights()
@@ -103,23 +117,30 @@ def test_self_check_passes_and_every_panel_shows_its_hooks(chromium, page_of, re
             b = f"blocks.{layer}.attn."
             for h in range(cfg.n_heads):
                 qk = weights[b + "W_Q"][h] @ weights[b + "W_K"][h].T
-                ov = weights[b + "W_V"][h] @ weights[b + "W_O"][h] if cfg.attn_out \
+                ov = (
+                    weights[b + "W_V"][h] @ weights[b + "W_O"][h]
+                    if cfg.attn_out
                     else weights[b + "W_V"][h]
+                )
                 for kind, matrix in (("QK", qk), ("OV", ov)):
-                    box = page.locator(f'#circuits .head-card[data-head="{layer}.{h}"] '
-                                       f'.sv[data-kind="{kind}"]')
+                    box = page.locator(
+                        f'#circuits .head-card[data-head="{layer}.{h}"] .sv[data-kind="{kind}"]'
+                    )
                     values = [float(v) for v in box.get_attribute("data-values").split(",")]
                     s = np.linalg.svd(matrix, compute_uv=False)
                     np.testing.assert_allclose(values, s, atol=1e-12 * s[0])
                     top_k = float(box.get_attribute("data-top-k"))
                     k = min(3, cfg.d_head)
-                    assert abs(top_k - (s[:k] ** 2).sum() / (s ** 2).sum()) < 1e-12
+                    assert abs(top_k - (s[:k] ** 2).sum() / (s**2).sum()) < 1e-12
         # Logit lens: the top token of every stage and position, from the Python cache.
         tokens = page.evaluate("explorer.state.seq")
         _, cache = run.model().run_with_cache(tokens)
-        stages = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_{s}" for l in
-                                                 range(cfg.n_layers) for s in ("resid_mid", "resid_post")]
-        top = page.eval_on_selector_all("#lens-grid .lens-cell", "els => els.map(e => +e.dataset.top)")
+        stages = ["blocks.0.hook_resid_pre"] + [
+            f"blocks.{l}.hook_{s}" for l in range(cfg.n_layers) for s in ("resid_mid", "resid_post")
+        ]
+        top = page.eval_on_selector_all(
+            "#lens-grid .lens-cell", "els => els.map(e => +e.dataset.top)"
+        )
         expected = []
         for hook in stages:
             logits = cache[hook][0] @ weights["unembed.W_U"]
@@ -155,11 +176,18 @@ def test_the_js_forward_pass_equals_the_engine_everywhere(chromium, paper_run, p
             model = Transformer(cfg, tensors)
             flat = np.concatenate([tensors[k].ravel() for k in cfg.param_shapes()]).tolist()
             last = cfg.n_layers - 1
-            scale = {f"blocks.{l}.attn.hook_attn_scores":
-                     (lambda x, n: np.where(np.isfinite(x), 1.7 * x, x)) for l in range(cfg.n_layers)}
+            scale = {
+                f"blocks.{l}.attn.hook_attn_scores": (
+                    lambda x, n: np.where(np.isfinite(x), 1.7 * x, x)
+                )
+                for l in range(cfg.n_layers)
+            }
             knobs = {"headsOff": [f"{last}.0"], "beta": 1.7, "posOff": True}
-            hooks = {f"blocks.{last}.attn.hook_z": zero_head(0),
-                     "hook_pos_embed": lambda x, n: 0 * x, **scale}
+            hooks = {
+                f"blocks.{last}.attn.hook_z": zero_head(0),
+                "hook_pos_embed": lambda x, n: 0 * x,
+                **scale,
+            }
             if not cfg.attn_only:
                 knobs["mlpOff"] = [0]
                 hooks["blocks.0.hook_mlp_out"] = lambda x, n: 0 * x
@@ -169,21 +197,28 @@ def test_the_js_forward_pass_equals_the_engine_everywhere(chromium, paper_run, p
                 for js_knobs, hooks in knob_sets:
                     got = page.evaluate(FORWARD, [cfg.to_dict(), flat, tokens, js_knobs])
                     logits, cache = model.run_with_cache(tokens, hooks=hooks)
-                    np.testing.assert_allclose(got["logits"], logits[0], atol=1e-10, rtol=0,
-                                               err_msg=name)
+                    np.testing.assert_allclose(
+                        got["logits"], logits[0], atol=1e-10, rtol=0, err_msg=name
+                    )
                     for hook in hook_names(cfg):
-                        np.testing.assert_allclose(np.array(got["cache"][hook], dtype=float),
-                                                   cache[hook][0], atol=1e-10, rtol=0,
-                                                   err_msg=f"{name} {hook} {js_knobs}")
+                        np.testing.assert_allclose(
+                            np.array(got["cache"][hook], dtype=float),
+                            cache[hook][0],
+                            atol=1e-10,
+                            rtol=0,
+                            err_msg=f"{name} {hook} {js_knobs}",
+                        )
 
 
 def test_the_page_draws_in_the_planes_python_fits(chromium, paper_run, page_of):
     rng = np.random.default_rng(3)
-    clouds = [rng.standard_normal((24, d)) * [3.0, 1.5, 0.5, 0.2, 0.1][:d] + 0.7
-              for d in (1, 2, 3, 5)]
+    clouds = [
+        rng.standard_normal((24, d)) * [3.0, 1.5, 0.5, 0.2, 0.1][:d] + 0.7 for d in (1, 2, 3, 5)
+    ]
     with visit(chromium, page_of(load_run(paper_run).path)) as page:
-        planes = page.evaluate("(clouds) => clouds.map((c) => FlatModel.pca2(c))",
-                               [c.tolist() for c in clouds])
+        planes = page.evaluate(
+            "(clouds) => clouds.map((c) => FlatMeasures.pca2(c))", [c.tolist() for c in clouds]
+        )
     for cloud, got in zip(clouds, planes):
         plane = fit_plane(cloud)
         assert got["exact"] == plane.is_identity
@@ -194,7 +229,7 @@ def test_the_page_draws_in_the_planes_python_fits(chromium, paper_run, page_of):
 def test_a_failed_self_check_is_a_red_banner(chromium, paper_run, tmp_path):
     data = export_run(paper_run, max_checkpoints=2)
     logits = unpack(data["reference"]["logits"]).copy()
-    logits[17] += 1e-6                       # one reference number off by a millionth
+    logits[17] += 1e-6  # one reference number off by a millionth
     data["reference"]["logits"] = pack(logits)
     path = tmp_path / "broken.html"
     path.write_text(page_html(data), encoding="utf-8")
@@ -206,26 +241,33 @@ def test_a_failed_self_check_is_a_red_banner(chromium, paper_run, tmp_path):
         assert not page.evaluate("explorer.selfCheck.ok")
 
 
-@pytest.mark.parametrize("fixture, head, q, k", [("paper_run", 0, 7, 4),
-                                                 ("simulator_run", 1, 6, 2)])
-def test_a_clicked_attention_cell_shows_the_python_cache(chromium, page_of, request,
-                                                         fixture, head, q, k):
+@pytest.mark.parametrize(
+    "fixture, head, q, k", [("paper_run", 0, 7, 4), ("simulator_run", 1, 6, 2)]
+)
+def test_a_clicked_attention_cell_shows_the_python_cache(
+    chromium, page_of, request, fixture, head, q, k
+):
     run = load_run(request.getfixturevalue(fixture))
     with visit(chromium, page_of(run.path)) as page:
-        canvas = page.locator(f'#attend-0 .head-card[data-head="0.{head}"] '
-                              f'figure[data-hook="blocks.0.attn.hook_pattern"] canvas')
+        canvas = page.locator(
+            f'#attend-0 .head-card[data-head="0.{head}"] '
+            f'figure[data-hook="blocks.0.attn.hook_pattern"] canvas'
+        )
         pitch = int(canvas.get_attribute("data-cell")) + int(canvas.get_attribute("data-gap"))
         canvas.click(position={"x": k * pitch + pitch / 2, "y": q * pitch + pitch / 2})
         page.wait_for_function("() => location.hash.includes('cell=')")
         assert state(page)["cell"] == {"l": 0, "h": head, "q": q, "k": k}
-        qk = page.evaluate("explorer.geometry().qk")     # the Q/K plane follows the query
+        qk = page.evaluate("explorer.geometry().qk")  # the Q/K plane follows the query
         assert (qk["head"], qk["query"]) == (head, q)
         assert qk["masked"] == [j > q for j in range(len(qk["keys"]))]
         assert f"cell=0.{head}.{q}.{k}" in page.evaluate("location.hash")
-        shown = dict(page.eval_on_selector_all(
-            "#arith-0 [data-key]", "els => els.map(e => [e.dataset.key, +e.dataset.value])"))
+        shown = dict(
+            page.eval_on_selector_all(
+                "#arith-0 [data-key]", "els => els.map(e => [e.dataset.key, +e.dataset.value])"
+            )
+        )
         tokens = state(page)["seq"]
-        canvas.press("ArrowLeft")                     # the keyboard walks the map too
+        canvas.press("ArrowLeft")  # the keyboard walks the map too
         assert state(page)["cell"] == {"l": 0, "h": head, "q": q, "k": k - 1}
     _, cache = run.model().run_with_cache(tokens)
     qv = cache["blocks.0.attn.hook_q"][0, q, head]
@@ -245,14 +287,15 @@ def test_a_clicked_attention_cell_shows_the_python_cache(chromium, page_of, requ
         assert shown[f"row.{j}.weight"] == pytest.approx(pattern[j], abs=1e-12)
         if j <= q:
             assert shown[f"row.{j}.score"] == pytest.approx(scores[j], abs=1e-12)
-    assert shown["sum"] == pytest.approx(np.exp(scores[:q + 1] - scores[:q + 1].max()).sum(),
-                                         rel=1e-12)
+    assert shown["sum"] == pytest.approx(
+        np.exp(scores[: q + 1] - scores[: q + 1].max()).sum(), rel=1e-12
+    )
 
 
-@pytest.mark.parametrize("fixture, layer, head", [("paper_run", 0, 0), ("simulator_run", 0, 1),
-                                                  ("two_layer_run", 1, 0)])
-def test_switching_a_head_off_shows_the_python_kl(chromium, page_of, request, fixture, layer,
-                                                  head):
+@pytest.mark.parametrize(
+    "fixture, layer, head", [("paper_run", 0, 0), ("simulator_run", 0, 1), ("two_layer_run", 1, 0)]
+)
+def test_switching_a_head_off_shows_the_python_kl(chromium, page_of, request, fixture, layer, head):
     run = load_run(request.getfixturevalue(fixture))
     with visit(chromium, page_of(run.path)) as page:
         assert float(page.get_attribute("#kl", "data-value")) == 0.0
@@ -263,7 +306,7 @@ def test_switching_a_head_off_shows_the_python_kl(chromium, page_of, request, fi
     model = run.model()
     changed = model(tokens, hooks={f"blocks.{layer}.attn.hook_z": zero_head(head)})[0, -1]
     expected = kl(model(tokens)[0, -1], changed)
-    assert expected > 1e-6                   # the head matters, so the check has teeth
+    assert expected > 1e-6  # the head matters, so the check has teeth
     assert abs(shown - expected) < 1e-9
 
 
@@ -271,15 +314,22 @@ def test_every_knob_equals_its_python_hook(chromium, page_of, two_layer_run):
     """Head off, MLP off, positions off and beta together, set through a shared link."""
     run = load_run(two_layer_run)
     beta = 0.5
-    with visit(chromium, page_of(run.path), f"#seq=3.11.4.8&off=0.0&mlp=1&pos=off&beta={beta}") as page:
+    with visit(
+        chromium, page_of(run.path), f"#seq=3.11.4.8&off=0.0&mlp=1&pos=off&beta={beta}"
+    ) as page:
         assert state(page)["seq"] == [3, 11, 4, 8]
         shown = float(page.get_attribute("#kl", "data-value"))
 
     def scale(scores, name):
         return np.where(np.isfinite(scores), beta * scores, scores)
-    hooks = {"blocks.0.attn.hook_z": zero_head(0), "blocks.1.hook_mlp_out": lambda x, n: 0 * x,
-             "hook_pos_embed": lambda x, n: 0 * x, "blocks.0.attn.hook_attn_scores": scale,
-             "blocks.1.attn.hook_attn_scores": scale}
+
+    hooks = {
+        "blocks.0.attn.hook_z": zero_head(0),
+        "blocks.1.hook_mlp_out": lambda x, n: 0 * x,
+        "hook_pos_embed": lambda x, n: 0 * x,
+        "blocks.0.attn.hook_attn_scores": scale,
+        "blocks.1.attn.hook_attn_scores": scale,
+    }
     model = run.model()
     tokens = [3, 11, 4, 8]
     expected = kl(model(tokens)[0, -1], model(tokens, hooks=hooks)[0, -1])
@@ -321,14 +371,14 @@ def test_the_seeded_sampler_repeats_and_matches_a_python_oracle(chromium, page_o
     path = page_of(run.path)
     read = "rows => rows.map(r => [+r.dataset.u, +r.dataset.token])"
     draws = []
-    for _ in range(2):                           # two separate loads of the same link
+    for _ in range(2):  # two separate loads of the same link
         with visit(chromium, path, "#seed=12345&temp=1.7&p=0.95&n=10") as page:
             draws.append(page.eval_on_selector_all("#draws tbody tr", read))
             prompt = state(page)["seq"]
             page.fill("#seed", "12346")
             page.press("#seed", "Enter")
             other = page.eval_on_selector_all("#draws tbody tr", read)
-            page.uncheck("#head-0-0")                # generation uses the changed model
+            page.uncheck("#head-0-0")  # generation uses the changed model
             ablated = page.eval_on_selector_all("#draws tbody tr", read)
             page.evaluate("explorer.set({temp: 0.01})")  # near-greedy: no overflow, no NaN
             greedy = page.eval_on_selector_all("#draws tbody tr", read)
@@ -337,19 +387,23 @@ def test_the_seeded_sampler_repeats_and_matches_a_python_oracle(chromium, page_o
     assert [u for u, _ in other] != [u for u, _ in draws[0]]
     model = run.model()
     hooks = {"blocks.0.attn.hook_z": zero_head(0)}
-    for shown, seed, temperature, knobs in ((draws[0], 12345, 1.7, None),
-                                            (ablated, 12346, 1.7, hooks),
-                                            (greedy, 12346, 0.01, hooks)):
+    for shown, seed, temperature, knobs in (
+        (draws[0], 12345, 1.7, None),
+        (ablated, 12346, 1.7, hooks),
+        (greedy, 12346, 0.01, hooks),
+    ):
         rng, seq = mulberry32(seed), list(prompt)
         for u, token in shown:
             assert u == next(rng)
-            logits = model(seq[-run.cfg.n_ctx:], hooks=knobs)[0, -1]
+            logits = model(seq[-run.cfg.n_ctx :], hooks=knobs)[0, -1]
             assert token == sample(logits, u, temperature, 0, 0.95)
             seq.append(token)
     assert math.isfinite(entropy) and entropy >= 0
 
 
 def test_vocabulary_markup_shows_as_text_and_runs_nothing(chromium, tmp_path):
+    from flatformer.labels import short
+
     cfg = preset("paper-2d", 5)
     vocab = ["0", "1", EVIL, "</script><u id=evil>bold</u>", "+"]
     model = Transformer(cfg, init_params(cfg, [np.random.default_rng(3)]).seed(0))
@@ -358,11 +412,14 @@ def test_vocabulary_markup_shows_as_text_and_runs_nothing(chromium, tmp_path):
     with visit(chromium, path, "#seq=2.3.2.0&cell=0.0.2.0") as page:
         assert page.evaluate("explorer.selfCheck.ok")
         assert page.evaluate("document.querySelectorAll('img, u, #evil').length") == 0
-        assert page.eval_on_selector_all(".palette .tok", "els => els.map(e => e.textContent)") \
+        assert (
+            page.eval_on_selector_all(".palette .tok", "els => els.map(e => e.textContent)")
             == vocab
-        assert page.eval_on_selector_all("#input .chip-text", "els => els.map(e => e.textContent)") \
-            == [EVIL, vocab[3], EVIL, "0"]
-        assert EVIL in page.text_content("#arith-0 h3")
+        )
+        assert page.eval_on_selector_all(
+            "#input .chip-text", "els => els.map(e => e.textContent)"
+        ) == [short(EVIL), short(vocab[3]), short(EVIL), "0"]  # cut as figures cut them
+        assert short(EVIL) in page.text_content("#arith-0 h3")
         assert EVIL in page.evaluate("document.body.innerText")
         # A word with spaces can be typed, too.
         page.fill("#seq-text", f"0 {EVIL} 1")
@@ -375,7 +432,7 @@ def test_the_checkpoint_slider_replays_training_in_the_geometry(chromium, page_o
     with visit(chromium, page_of(run.path)) as page:
         before = page.evaluate("explorer.geometry()")
         pixels = page.evaluate("document.querySelector('#embed canvas.plane').toDataURL()")
-        page.locator("#step").fill("0")               # the slider's leftmost checkpoint
+        page.locator("#step").fill("0")  # the slider's leftmost checkpoint
         after = page.evaluate("explorer.geometry()")
         assert page.evaluate("document.querySelector('#embed canvas.plane').toDataURL()") != pixels
         assert page.text_content("#step-label") == "step 0"
@@ -385,21 +442,26 @@ def test_the_checkpoint_slider_replays_training_in_the_geometry(chromium, page_o
     for geometry, step in ((before, run.steps[-1]), (after, 0)):
         assert geometry["embed"]["step"] == step
         w = run.weights(step)
-        sums = [w["embed.W_E"][v] + w["pos_embed.W_pos"][t]
-                for t in range(run.cfg.n_ctx) for v in range(run.cfg.d_vocab)]
+        sums = [
+            w["embed.W_E"][v] + w["pos_embed.W_pos"][t]
+            for t in range(run.cfg.n_ctx)
+            for v in range(run.cfg.d_vocab)
+        ]
         np.testing.assert_allclose(geometry["embed"]["sums"], sums, atol=1e-12)
         np.testing.assert_allclose(geometry["embed"]["tokens"], w["embed.W_E"], atol=1e-12)
 
 
-def test_sequence_editing_refuses_bad_tokens_and_links_reproduce_the_view(chromium, page_of,
-                                                                           paper_run):
+def test_sequence_editing_refuses_bad_tokens_and_links_reproduce_the_view(
+    chromium, page_of, paper_run
+):
     path = page_of(load_run(paper_run).path)
     with visit(chromium, path) as page:
         demo = state(page)["seq"]
         page.fill("#seq-text", "4 1 banana +")
         page.press("#seq-text", "Enter")
-        assert "banana" in page.text_content("#seq-msg") and "not in the vocabulary" in \
-            page.text_content("#seq-msg")
+        assert "banana" in page.text_content(
+            "#seq-msg"
+        ) and "not in the vocabulary" in page.text_content("#seq-msg")
         assert state(page)["seq"] == demo
         page.fill("#seq-text", "2 + 9 9 9 9 9 9 9")
         page.press("#seq-text", "Enter")
@@ -413,7 +475,9 @@ def test_sequence_editing_refuses_bad_tokens_and_links_reproduce_the_view(chromi
         page.uncheck("#mlp-0")
         page.fill("#seed", "99")
         page.press("#seed", "Enter")
-        page.wait_for_function("() => location.hash.includes('seed=99') && location.hash.includes('mlp=0')")
+        page.wait_for_function(
+            "() => location.hash.includes('seed=99') && location.hash.includes('mlp=0')"
+        )
         link, shared = page.evaluate("location.href"), state(page)
         kl_value = page.get_attribute("#kl", "data-value")
         tokens = page.get_attribute("#generated", "data-tokens")
@@ -426,13 +490,16 @@ def test_sequence_editing_refuses_bad_tokens_and_links_reproduce_the_view(chromi
 def test_the_page_works_inside_a_sandboxed_iframe(chromium, paper_run, tmp_path):
     """What a notebook's _repr_html_ shows: the page as <iframe srcdoc>, scripts only."""
     path = tmp_path / "notebook.html"
-    path.write_text("<!DOCTYPE html><title>notebook</title>"
-                    + render_html(paper_run, inline=True, max_checkpoints=3), encoding="utf-8")
+    path.write_text(
+        "<!DOCTYPE html><title>notebook</title>"
+        + render_html(paper_run, inline=True, max_checkpoints=3),
+        encoding="utf-8",
+    )
     with visit(chromium, path, ready=None) as page:
         frame = page.frame_locator("iframe")
         frame.locator("#selfcheck.ok").wait_for()
         assert "passed" in frame.locator("#selfcheck").text_content()
-        frame.locator("#head-0-0").uncheck()       # knobs work; the hash cannot be written
+        frame.locator("#head-0-0").uncheck()  # knobs work; the hash cannot be written
         assert float(frame.locator("#kl").get_attribute("data-value")) > 0
 
 
@@ -442,6 +509,7 @@ def test_the_circuit_panel_equals_python_edge_ablation(chromium, page_of, reques
     from flatformer.edges.graph import EdgeGraph
     from flatformer.edges.methods import sender_outputs
     from flatformer.analysis.interventions import kl_divergence
+
     run_dir = request.getfixturevalue(fixture)
     run = load_run(run_dir)
     graph = EdgeGraph(run.model())
@@ -452,8 +520,9 @@ def test_the_circuit_panel_equals_python_edge_ablation(chromium, page_of, reques
         T = len(seq)
         refs = {s: m[:T] for s, m in means.items()}
         shown = page.evaluate("explorer.edges")
-        assert page.evaluate("explorer.model.edgeGraph(explorer.data.config).edges") == \
-            [list(e) for e in graph.edges]
+        assert page.evaluate("explorer.model.edgeGraph(explorer.data.config).edges") == [
+            list(e) for e in graph.edges
+        ]
         for s in graph.senders:
             np.testing.assert_allclose(shown["refs"][s], refs[s], atol=1e-9, rtol=0)
         # widths: the KL of each edge ablated alone, as Python computes it
@@ -468,8 +537,9 @@ def test_the_circuit_panel_equals_python_edge_ablation(chromium, page_of, reques
         mask = np.ones(graph.n_edges)
         mask[edge] = 0
         logits = graph.forward(seq[None], refs, mask[None])[0][0, 0, -1]
-        np.testing.assert_allclose(page.evaluate("explorer.edges.logits"), logits, atol=1e-9,
-                                   rtol=0)
+        np.testing.assert_allclose(
+            page.evaluate("explorer.edges.logits"), logits, atol=1e-9, rtol=0
+        )
         assert page.locator(f'g.edge[data-edge="{edge}"]').get_attribute("data-kept") == "0"
         # circuit only: every edge outside the exported circuit ablated as well
         page.locator("#circuit-only").check()
@@ -479,24 +549,26 @@ def test_the_circuit_panel_equals_python_edge_ablation(chromium, page_of, reques
         mask = np.array([float(e in kept) for e in graph.edges])
         mask[edge] = 0
         logits = graph.forward(seq[None], refs, mask[None])[0][0, 0, -1]
-        np.testing.assert_allclose(page.evaluate("explorer.edges.logits"), logits, atol=1e-9,
-                                   rtol=0)
+        np.testing.assert_allclose(
+            page.evaluate("explorer.edges.logits"), logits, atol=1e-9, rtol=0
+        )
 
 
 @pytest.mark.parametrize("fixture", RUNS)
-def test_every_knob_on_the_page_equals_analyze_json(chromium, page_of, request, fixture,
-                                                    tmp_path):
+def test_every_knob_on_the_page_equals_analyze_json(chromium, page_of, request, fixture, tmp_path):
     """The page's knob table and `flatformer analyze --json` are one definition: the same knobs
     (zero and mean ablation of every head, every MLP, positions, each beta), the same KL
     direction, the same numbers to 1e-9 on the same prompt."""
     import json
 
     from clitools import cli
+
     run = load_run(request.getfixturevalue(fixture))
     with visit(chromium, page_of(run.path)) as page:
         tokens = state(page)["seq"]
-        rows = page.eval_on_selector_all("#ablations tr[data-knob]",
-                                         "els => els.map(e => [e.dataset.knob, e.dataset.kl])")
+        rows = page.eval_on_selector_all(
+            "#ablations tr[data-knob]", "els => els.map(e => [e.dataset.knob, e.dataset.kl])"
+        )
         text = page.text_content("#knobs")
     assert "KL(original ‖ changed)" in text
     prompts = tmp_path / "prompt.txt"
@@ -507,36 +579,48 @@ def test_every_knob_on_the_page_equals_analyze_json(chromium, page_of, request, 
     assert report["kl"] == "KL(original || changed)"
     expected = {knob["name"]: knob["kl"][0] for knob in report["knobs"]}
     shown = {name: float(value) for name, value in rows}
-    assert list(shown) == list(expected)              # same knobs, same order
+    assert list(shown) == list(expected)  # same knobs, same order
     assert any(name.endswith("mean") for name in shown) and "beta 0.5" in shown
-    assert max(expected.values()) > 1e-6               # some knob matters: the check has teeth
+    assert max(expected.values()) > 1e-6  # some knob matters: the check has teeth
     for name, value in expected.items():
         assert abs(shown[name] - value) < 1e-9, name
 
 
-def test_induction_page_shows_the_python_head_scores_and_composition(chromium, page_of,
-                                                                      induction_run):
+def test_induction_page_shows_the_python_head_scores_and_composition(
+    chromium, page_of, induction_run
+):
     from flatformer.analysis.induction import head_scores
+
     run = load_run(induction_run)
     with visit(chromium, page_of(run.path)) as page:
         assert page.evaluate("explorer.selfCheck")["ok"]
         panels = page.eval_on_selector_all("section.panel", "els => els.map(e => e.id)")
-        assert panels == ["input", "embed", "attend-0", "attend-1", "readout", "knobs",
-                          "circuits", "edges", "composition", "lens"]
+        assert panels == [
+            "input",
+            "embed",
+            "attend-0",
+            "attend-1",
+            "readout",
+            "knobs",
+            "circuits",
+            "edges",
+            "composition",
+            "lens",
+        ]
         for step in (run.steps[-1], run.steps[0]):
             page.evaluate(f"explorer.set({{step: {step}}})")
             scores = head_scores(run.model(step))
-            for (layer, h) in [(0, 0), (0, 1), (1, 0), (1, 1)]:
-                box = page.locator(f'#attend-{layer} .head-card[data-head="{layer}.{h}"] '
-                                   f'.head-scores')
+            for layer, h in [(0, 0), (0, 1), (1, 0), (1, 1)]:
+                box = page.locator(
+                    f'#attend-{layer} .head-card[data-head="{layer}.{h}"] .head-scores'
+                )
                 assert float(box.get_attribute("data-prev")) == scores.prev_token[layer, h]
-                assert float(box.get_attribute("data-prefix")) == \
-                    scores.prefix_matching[layer, h]
+                assert float(box.get_attribute("data-prefix")) == scores.prefix_matching[layer, h]
             for a, b in [(0, 2), (0, 3), (1, 2), (1, 3)]:
                 pair = f"{a // 2}.{a % 2}>{b // 2}.{b % 2}"
                 for mode in "qkv":
-                    cell = page.locator(f'#composition-table tr[data-pair="{pair}"] '
-                                        f'td[data-mode="{mode}"]')
-                    assert float(cell.get_attribute("data-value")) == \
-                        scores.composition[mode][a, b]
+                    cell = page.locator(
+                        f'#composition-table tr[data-pair="{pair}"] td[data-mode="{mode}"]'
+                    )
+                    assert float(cell.get_attribute("data-value")) == scores.composition[mode][a, b]
             assert page.locator("#composition-graph line").count() == 4

@@ -27,7 +27,7 @@ def test_a_full_page_capture_shows_every_panel(chromium, paper_run, tmp_path):
         panels = page.evaluate(PANELS)
         assert len(panels) >= 8 and panels[-1][2] > 3 * 800  # most panels start off screen
         for name, x, y, w, h in panels:
-            card = image[int(y) + 2:int(y + h) - 2, int(x) + 2:int(x + w) - 2]
+            card = image[int(y) + 2 : int(y + h) - 2, int(x) + 2 : int(x + w) - 2]
             background = np.bincount(card.ravel()).argmax()
             inked = np.mean(np.abs(card.astype(int) - background) > 40)
             assert inked > 0.01, f"panel {name!r} is blank in the capture ({inked:.2%} inked)"

@@ -18,7 +18,22 @@ from browser import close, open_page
 from flatformer.explorer import render_html
 
 READY = "() => document.documentElement.dataset.ready === 'true'"
-KEYS = ["seq", "step", "off", "mlp", "pos", "zoom", "beta", "temp", "k", "p", "seed", "n", "cell"]
+KEYS = [
+    "seq",
+    "step",
+    "off",
+    "mlp",
+    "pos",
+    "zoom",
+    "beta",
+    "temp",
+    "k",
+    "p",
+    "seed",
+    "n",
+    "cell",
+    "view",
+]
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +69,12 @@ def test_the_policy_lets_only_the_pages_own_script_run_and_fetches_nothing(page)
             with contextlib.suppress(OSError), connection:
                 if data := connection.recv(1024):
                     received.append(data)
+
     threading.Thread(target=accept, daemon=True).start()
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     try:
-        result = page.page.evaluate("""async (url) => {
+        result = page.page.evaluate(
+            """async (url) => {
             const seen = [];
             document.addEventListener("securitypolicyviolation", (e) => seen.push(e.effectiveDirective));
             const fetched = await fetch(url + "/steal").then(() => "fetched", () => "blocked");
@@ -76,7 +93,9 @@ def test_the_policy_lets_only_the_pages_own_script_run_and_fetches_nothing(page)
             await new Promise((r) => setTimeout(r, 500));
             return {fetched, evaluated: window.evaluated === true, injected: window.injected === true,
                     seen};
-        }""", url)
+        }""",
+            url,
+        )
     finally:
         listener.close()
     assert received == []
@@ -90,9 +109,26 @@ def test_the_policy_lets_only_the_pages_own_script_run_and_fetches_nothing(page)
 
 
 def hashes():
-    value = st.one_of(st.text(max_size=30), st.integers(-10**12, 10**12).map(str),
-                      st.sampled_from(["NaN", "Infinity", "-0", "1e400", "0x10", " 1", "1.5",
-                                       "0.0.0.0", "..", ",", "%zz", "<img src=x>"]))
+    value = st.one_of(
+        st.text(max_size=30),
+        st.integers(-(10**12), 10**12).map(str),
+        st.sampled_from(
+            [
+                "NaN",
+                "Infinity",
+                "-0",
+                "1e400",
+                "0x10",
+                " 1",
+                "1.5",
+                "0.0.0.0",
+                "..",
+                ",",
+                "%zz",
+                "<img src=x>",
+            ]
+        ),
+    )
     pair = st.tuples(st.sampled_from(KEYS + ["__proto__", "constructor", "x"]), value)
     structured = st.lists(pair, max_size=6).map(lambda kv: "&".join(f"{k}={v}" for k, v in kv))
     return st.one_of(structured, st.text(max_size=200))
@@ -105,24 +141,29 @@ def test_random_hashes_fall_back_to_defaults_with_a_notice(page):
     V, T = len(p.evaluate("explorer.data.vocab")), p.evaluate("explorer.data.config.n_ctx")
     counter = iter(range(10**6))
 
-    @settings(max_examples=20, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(hashes())
     def check(fragment):
         # A counter key the page ignores makes every hash new, so hashchange always fires.
         fragment = f"{fragment}&_={next(counter)}"
-        result = p.evaluate("""(h) => new Promise((done) => {
+        result = p.evaluate(
+            """(h) => new Promise((done) => {
             const before = explorer.renders;
             addEventListener("hashchange", () => setTimeout(() => done({
                 renders: explorer.renders - before, state: explorer.state}), 0), {once: true});
             location.hash = h;
-        })""", fragment)
+        })""",
+            fragment,
+        )
         state = result["state"]
         assert result["renders"] >= 1
         assert 1 <= len(state["seq"]) <= T and all(0 <= t < V for t in state["seq"])
         assert state["step"] in steps
         assert 0 <= state["beta"] <= 10 and 0 < state["p"] <= 1 and 0 <= state["k"] <= V
         assert set(state) == set(default)
+
     check()
     assert page.errors == []
 
@@ -138,6 +179,7 @@ def test_random_hashes_fall_back_to_defaults_with_a_notice(page):
 @pytest.fixture
 def server():
     from flatformer.commands.explore import make_server
+
     srv = make_server(b"<!DOCTYPE html>" + b"x" * 100_000, 0)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()

@@ -15,7 +15,8 @@ from flatformer.errors import FlatformerError
 from flatformer.jobs import build_job
 from flatformer.lock import hold, holder
 from flatformer.resources import check_fits, estimate, memory_needed
-from flatformer.runs import WriteFailed, load_run, read_checkpoint, read_metrics
+from flatformer.checkpoints import read_checkpoint
+from flatformer.runs import WriteFailed, load_run, read_metrics
 from flatformer.train import train
 
 SHORT = ["--recipe", "paper", "--steps", "600"]
@@ -34,11 +35,18 @@ def checkpoint_bytes(folder):
 def holder_process(tmp_path):
     """Another process holding the run folder's lock, as a second `train` would."""
     folder = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
-                             "from flatformer.lock import hold\n"
-                             f"with hold({str(folder)!r}, 'training'):\n"
-                             "    print('held', flush=True); time.sleep(60)"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from flatformer.lock import hold\n"
+            f"with hold({str(folder)!r}, 'training'):\n"
+            "    print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "held"
     yield folder, proc
     if proc.poll() is None:
@@ -65,8 +73,9 @@ def test_a_killed_holders_lock_is_taken_over(holder_process):
 
 
 def test_a_sweep_into_a_folder_being_written_is_refused(tmp_path):
-    (tmp_path / "s.toml").write_text('tasks = ["plus-last-even"]\nrecipes = ["paper"]\n'
-                                     'seeds = "0-1"\n[set]\nsteps = 100\n')
+    (tmp_path / "s.toml").write_text(
+        'tasks = ["plus-last-even"]\nrecipes = ["paper"]\nseeds = "0-1"\n[set]\nsteps = 100\n'
+    )
     with hold(tmp_path / "sweep", "a sweep"):
         result = cli_here("sweep", tmp_path / "s.toml", "--out", tmp_path / "sweep")
     assert_one_line_error(result, "in use", f"process {os.getpid()}")
@@ -88,33 +97,36 @@ class FullDisk:
             def counted(data):
                 self.count += 1
                 if self.count == self.fail_at:
-                    write(data[:len(data) // 2])
+                    write(data[: len(data) // 2])
                     raise OSError(errno.ENOSPC, "No space left on device", str(path))
                 return write(data)
+
             f.write = counted
         return f
 
 
 @pytest.mark.parametrize("match", ["safetensors", "metrics.jsonl"])
-def test_a_full_disk_mid_write_keeps_the_last_checkpoint_and_metrics(tmp_path, monkeypatch,
-                                                                     match):
+def test_a_full_disk_mid_write_keeps_the_last_checkpoint_and_metrics(tmp_path, monkeypatch, match):
     whole = tmp_path / "whole"
     train(short_job(whole))
     folder = tmp_path / "run"
     # The 4th checkpoint is step 300; metrics are written at 0, 200, 400: the 3rd is step 400.
-    monkeypatch.setattr("flatformer.runs.open", FullDisk(fail_at=4 if match != "metrics.jsonl"
-                                                         else 3, match=match), raising=False)
+    monkeypatch.setattr(
+        "flatformer.runs.open",
+        FullDisk(fail_at=4 if match != "metrics.jsonl" else 3, match=match),
+        raising=False,
+    )
     with pytest.raises(WriteFailed, match="No space left on device.*--resume"):
         train(short_job(folder))
     monkeypatch.undo()
     assert not list(folder.rglob("*.tmp"))
     run = load_run(folder)
-    for step in run.steps:                                   # every checkpoint left is whole
+    for step in run.steps:  # every checkpoint left is whole
         read_checkpoint(folder / f"checkpoints/step_{step:06d}.safetensors")
     assert run.steps[-1] == (300 if match == "metrics.jsonl" else 200)
     rows = read_metrics(folder)
     assert len(rows) == len((folder / "metrics.jsonl").read_text().splitlines())
-    assert rows == read_metrics(whole)[:len(rows)]
+    assert rows == read_metrics(whole)[: len(rows)]
     result = cli_here("train", "plus-last-even", *SHORT, "--out", folder, "--resume")
     assert result.returncode == 0, result.stderr
     assert checkpoint_bytes(folder) == checkpoint_bytes(whole)
@@ -144,7 +156,7 @@ def test_too_much_disk_is_refused_with_a_checkpoint_interval_that_fits(tmp_path)
         check_fits(job, memory=10**15, disk=free)
     every = int(str(refusal.value).split("checkpoint_every=")[1].split()[0])
     sparser = short_job(tmp_path / "run", steps=100_000, checkpoint_every=every)
-    check_fits(sparser, memory=10**15, disk=free)           # the suggestion does fit
+    check_fits(sparser, memory=10**15, disk=free)  # the suggestion does fit
     assert estimate(job).checkpoints == 100_000 // 100 + 1
 
 
@@ -159,4 +171,5 @@ def test_a_resumed_run_counts_only_the_checkpoints_still_to_come(tmp_path):
 
 def test_the_estimate_uses_the_trainers_sizes():
     from flatformer import resources, train
+
     assert (resources.GROUP_MEMBERS, resources.TRAIN_CHUNK) == (train.MAX_MEMBERS, train.CHUNK)

@@ -17,8 +17,13 @@ from flatformer.runs import load_run
 from flatformer.tasks import TASKS
 from flatformer.tasks.plus_last_even import PlusLastEven
 
-PLANE_ONLY = {"fig09_output_landscape", "fig10_landscape_summary", "fig15_trace_nudge",
-              "supp_landscape_embeddings", "supp_landscape_values"}
+PLANE_ONLY = {
+    "fig09_output_landscape",
+    "fig10_landscape_summary",
+    "fig15_trace_nudge",
+    "supp_landscape_embeddings",
+    "supp_landscape_values",
+}
 
 
 def draw_all(run_path, **kwargs):
@@ -58,11 +63,12 @@ def texts(fig) -> list[str]:
 
 def titled(name, fig, ctx):
     assert isinstance(fig, Figure)
-    if name != "fig02_training_data":          # the data does not depend on the checkpoint
+    if name != "fig02_training_data":  # the data does not depend on the checkpoint
         assert f"step {ctx.step}" in fig.get_suptitle()
     assert fig.get_suptitle()
-    assert any(ax.get_title(loc=loc) or ax.get_xlabel() for ax in fig.axes
-               for loc in ("left", "center"))
+    assert any(
+        ax.get_title(loc=loc) or ax.get_xlabel() for ax in fig.axes for loc in ("left", "center")
+    )
 
 
 def test_simulator_figures_use_pca_planes_and_skip_plane_only_ones(simulator_run):
@@ -92,8 +98,12 @@ def test_token_colours_are_the_same_in_every_figure(paper):
     V, T = ctx.cfg.d_vocab, ctx.cfg.n_ctx
     expected = [c for c in colors for _ in range(T)]
     for name in ("fig05_embeddings", "fig06_qkv"):
-        clouds = [coll for ax in figs[name].axes for coll in ax.collections
-                  if len(coll.get_offsets()) == V * T]
+        clouds = [
+            coll
+            for ax in figs[name].axes
+            for coll in ax.collections
+            if len(coll.get_offsets()) == V * T
+        ]
         assert clouds
         for coll in clouds:
             assert [to_hex(c) for c in coll.get_facecolors()] == [c.lower() for c in expected]
@@ -110,16 +120,21 @@ def test_point_labels_do_not_overprint(paper):
     """The paper's own scatter piles the odd digits into one blob; here no two labels of the
     96-point scatters cover more than a sliver of each other."""
     ctx, figs, _ = paper
-    for name, panel in (("fig05_embeddings", -1), ("fig07_qk_space", 1),
-                        ("fig10_landscape_summary", 2)):
+    for name, panel in (
+        ("fig05_embeddings", -1),
+        ("fig07_qk_space", 1),
+        ("fig10_landscape_summary", 2),
+    ):
         fig = figs[name]
         fig.canvas.draw()
         boxes = label_boxes(fig, fig.axes[panel])
         assert len(boxes) >= 20
-        w = np.minimum(boxes[:, None, 2], boxes[None, :, 2]) - \
-            np.maximum(boxes[:, None, 0], boxes[None, :, 0])
-        h = np.minimum(boxes[:, None, 3], boxes[None, :, 3]) - \
-            np.maximum(boxes[:, None, 1], boxes[None, :, 1])
+        w = np.minimum(boxes[:, None, 2], boxes[None, :, 2]) - np.maximum(
+            boxes[:, None, 0], boxes[None, :, 0]
+        )
+        h = np.minimum(boxes[:, None, 3], boxes[None, :, 3]) - np.maximum(
+            boxes[:, None, 1], boxes[None, :, 1]
+        )
         overlap = np.clip(w, 0, None) * np.clip(h, 0, None)
         area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
         np.fill_diagonal(overlap, 0)
@@ -153,7 +168,7 @@ def test_embedding_scatter_labels_every_point(paper):
     named = set().union(*(parse_label(t.get_text()) for t in ax.texts))
     every = {(v, t) for v in ctx.vocab for t in range(ctx.cfg.n_ctx)}
     assert named == every
-    assert len(ax.texts) < len(every)          # the odd-digit blob's labels were merged
+    assert len(ax.texts) < len(every)  # the odd-digit blob's labels were merged
 
 
 def test_nudge_figure_shows_each_focus_token_landing_on_target(paper):
@@ -178,8 +193,11 @@ def test_panels_follow_the_vocabulary_and_the_sequence(paper):
     assert [t for t in titles if t.startswith("key ")] == [f"key {v}" for v in ctx.vocab]
     probs = [ax.get_title() for ax in figs["fig09_output_landscape"].axes]
     assert [t for t in probs if t.startswith("P(")] == [f"P(next = {v})" for v in ctx.vocab]
-    queries = [ax.get_title() for ax in figs["fig13_trace_attention"].axes
-               if ax.get_title().startswith("query ")]
+    queries = [
+        ax.get_title()
+        for ax in figs["fig13_trace_attention"].axes
+        if ax.get_title().startswith("query ")
+    ]
     assert len(queries) == len(ctx.task.demo.split())
 
 
@@ -193,10 +211,12 @@ def test_a_shorter_sequence_changes_the_trace(paper_run):
 
 def test_figures_follow_the_task_focus_not_a_fixed_token(paper_run, tmp_path, monkeypatch):
     """A task whose focus is `3` (same rule, same weights): titles and panels follow it."""
+
     class FocusThree(PlusLastEven):
         name = "plus-last-even-focus3"
         focus = "3"
         demo = "2 3 4 3"
+
     monkeypatch.setitem(TASKS, FocusThree.name, FocusThree)
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)

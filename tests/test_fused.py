@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from numba import njit
 
-from flatformer import fused, model
+from flatformer.engine import fused, model
 from flatformer.config import preset
-from flatformer.model import Params
+from flatformer.engine.model import Params
 
 RNG = np.random.default_rng(0)
 
@@ -51,8 +51,9 @@ def test_gelu_forward_and_backward():
     close(t32, t)
     assert post32[0, 0, 0] == 0.0 and post32[0, 0, 1] == 0.0 and post32[0, 0, 2] == 60.0
     dpost = RNG.standard_normal(pre.shape)
-    close(fused.gelu_backward(*f32(dpost, pre, t)), model.gelu_backward(dpost.copy(), pre, t),
-          scale=4)
+    close(
+        fused.gelu_backward(*f32(dpost, pre, t)), model.gelu_backward(dpost.copy(), pre, t), scale=4
+    )
 
 
 def test_layer_norm_forward_and_backward():
@@ -87,13 +88,40 @@ def test_softmax_forward_and_backward_masked_and_nan():
     scores[0, 0, 0, 4, :2] = 0.0
     pattern = model.softmax(scores.copy())
     dpattern = RNG.standard_normal(pattern.shape)
-    close(fused.softmax_backward(*f32(dpattern, pattern), math.sqrt(8)),
-          model.softmax_backward(dpattern.copy(), pattern, math.sqrt(8)))
+    close(
+        fused.softmax_backward(*f32(dpattern, pattern), math.sqrt(8)),
+        model.softmax_backward(dpattern.copy(), pattern, math.sqrt(8)),
+    )
 
 
-@pytest.mark.parametrize("dtype, strided, compiled", [(np.float32, False, True),
-                                                      (np.float64, False, False),
-                                                      (np.float32, True, False)])
+@pytest.mark.parametrize(
+    "dtype, strided, compiled",
+    [(np.float32, False, True), (np.float64, False, False), (np.float32, True, False)],
+)
 def test_only_contiguous_float32_takes_the_compiled_path(dtype, strided, compiled):
     x = np.zeros((4, 6), dtype)
     assert (model.fused_for(x[:, ::2] if strided else x) is fused) == compiled
+
+
+@pytest.mark.parametrize("rows", [None, [2, 6]])
+def test_attention_pattern_one_pass_has_the_separate_passes_bits(rows):
+    """The compiled scale-mask-softmax pass gives the bits of model.forward's separate passes
+    (float32 trains the grokking preset, whose checkpoints must not move)."""
+    T = 7
+    scores = (RNG.standard_normal((2, 3, 4, T if rows is None else 2, T)) * 5).astype(np.float32)
+    mask = model.causal_bias(T, np.float32)
+    mask = mask if rows is None else mask[rows]
+    want = scores.copy()
+    want /= math.sqrt(8)
+    want += mask
+    want_pattern = fused.softmax(want + mask)
+    got, pattern = model.attention_pattern(scores.copy(), mask, math.sqrt(8))
+    assert got.tobytes() == want.tobytes() and pattern.tobytes() == want_pattern.tobytes()
+    # a hook sees the scaled, masked scores and may unmask them: masked again before the softmax
+    seen = []
+    _, hooked = model.attention_pattern(
+        scores.copy(), mask, math.sqrt(8), lambda x: seen.append(x.copy()) or np.zeros_like(x)
+    )
+    assert seen[0].tobytes() == want.tobytes()
+    assert (hooked[..., np.isinf(mask)] == 0).all()
+    assert np.allclose(hooked.sum(-1), 1)

@@ -15,14 +15,17 @@ from hypothesis import strategies as st
 
 from flatformer.errors import FlatformerError
 
-FUZZ = settings(max_examples=40, deadline=None, database=None,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+)
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=4),
-    max_leaves=12)
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 def refused_or(fn, *args):
@@ -41,27 +44,39 @@ def folder():
 
 # ---- safetensors checkpoints: headers and bodies ----
 
+
 def header_bytes(header: dict, body: bytes) -> bytes:
     text = json.dumps(header).encode()
     return len(text).to_bytes(8, "little") + text + body
 
 
-tensor_entries = st.fixed_dictionaries({
-    "dtype": st.sampled_from(["F64", "F32", "I64", "U8", "BOOL", "F16", "X"]),
-    "shape": st.lists(st.integers(0, 2**40), max_size=4),
-    "data_offsets": st.lists(st.integers(-5, 2**40), min_size=2, max_size=2)})
+tensor_entries = st.fixed_dictionaries(
+    {
+        "dtype": st.sampled_from(["F64", "F32", "I64", "U8", "BOOL", "F16", "X"]),
+        "shape": st.lists(st.integers(0, 2**40), max_size=4),
+        "data_offsets": st.lists(st.integers(-5, 2**40), min_size=2, max_size=2),
+    }
+)
 checkpoints = st.one_of(
     st.binary(max_size=300),
-    st.builds(header_bytes, st.dictionaries(st.text(max_size=12), tensor_entries, max_size=3),
-              st.binary(max_size=200)),
-    st.builds(lambda n, rest: n.to_bytes(8, "little") + rest, st.integers(0, 2**64 - 1),
-              st.binary(max_size=100)))
+    st.builds(
+        header_bytes,
+        st.dictionaries(st.text(max_size=12), tensor_entries, max_size=3),
+        st.binary(max_size=200),
+    ),
+    st.builds(
+        lambda n, rest: n.to_bytes(8, "little") + rest,
+        st.integers(0, 2**64 - 1),
+        st.binary(max_size=100),
+    ),
+)
 
 
 @FUZZ
 @given(checkpoints)
 def test_checkpoint_bytes(folder, data):
     from flatformer.runs import read_checkpoint
+
     path = folder / "step_000000.safetensors"
     path.write_bytes(data)
     result = refused_or(read_checkpoint, path)
@@ -72,24 +87,39 @@ def test_checkpoint_bytes(folder, data):
 
 # ---- config.json of a run folder ----
 
+
 def configs():
-    good = {"task": "plus-last-even", "seed": 0, "vocab": [str(i) for i in range(11)] + ["+"],
-            "model": {"d_model": 2, "n_heads": 1, "d_head": 2, "n_layers": 1, "d_mlp": 32,
-                      "n_ctx": 8, "d_vocab": 12}}
-    spoiled = st.tuples(st.sampled_from(["task", "seed", "vocab", "model", "data_seed",
-                                         "corpus", "task_settings"]), json_values).map(
-        lambda kv: {**good, kv[0]: kv[1]})
-    model_spoiled = st.tuples(st.sampled_from(list(good["model"]) + ["act_fn", "qkv_bias", "x"]),
-                              json_values).map(
-        lambda kv: {**good, "model": {**good["model"], kv[0]: kv[1]}})
+    good = {
+        "task": "plus-last-even",
+        "seed": 0,
+        "vocab": [str(i) for i in range(11)] + ["+"],
+        "model": {
+            "d_model": 2,
+            "n_heads": 1,
+            "d_head": 2,
+            "n_layers": 1,
+            "d_mlp": 32,
+            "n_ctx": 8,
+            "d_vocab": 12,
+        },
+    }
+    spoiled = st.tuples(
+        st.sampled_from(["task", "seed", "vocab", "model", "data_seed", "corpus", "task_settings"]),
+        json_values,
+    ).map(lambda kv: {**good, kv[0]: kv[1]})
+    model_spoiled = st.tuples(
+        st.sampled_from(list(good["model"]) + ["act_fn", "qkv_bias", "x"]), json_values
+    ).map(lambda kv: {**good, "model": {**good["model"], kv[0]: kv[1]}})
     return st.one_of(spoiled, model_spoiled, json_values).map(
-        lambda c: json.dumps(c).encode()) | st.binary(max_size=200)
+        lambda c: json.dumps(c).encode()
+    ) | st.binary(max_size=200)
 
 
 @FUZZ
 @given(configs())
 def test_run_config(folder, data):
     from flatformer.runs import load_run
+
     (folder / "config.json").write_bytes(data)
     run = refused_or(load_run, folder)
     if run is not None:
@@ -99,24 +129,34 @@ def test_run_config(folder, data):
 
 # ---- metrics.jsonl ----
 
-metrics_lines = st.lists(st.one_of(
-    st.binary(max_size=40),
-    st.builds(lambda s, x: json.dumps({"step": s, "train_loss": x, "val_loss": x,
-                                       "rule_error": x}).encode(),
-              st.integers(0, 10**6), st.floats(allow_nan=False)),
-    json_values.map(lambda v: json.dumps(v).encode())), max_size=8)
+metrics_lines = st.lists(
+    st.one_of(
+        st.binary(max_size=40),
+        st.builds(
+            lambda s, x: json.dumps(
+                {"step": s, "train_loss": x, "val_loss": x, "rule_error": x}
+            ).encode(),
+            st.integers(0, 10**6),
+            st.floats(allow_nan=False),
+        ),
+        json_values.map(lambda v: json.dumps(v).encode()),
+    ),
+    max_size=8,
+)
 
 
 @FUZZ
 @given(metrics_lines)
 def test_metrics_lines(folder, lines):
     from flatformer.runs import read_metrics
+
     (folder / "metrics.jsonl").write_bytes(b"\n".join(lines))
     rows = read_metrics(folder)
     assert all(isinstance(r, dict) and type(r["step"]) is int for r in rows)
 
 
 # ---- sweep files ----
+
 
 def toml_value(v):
     if isinstance(v, dict):
@@ -128,12 +168,17 @@ def toml_value(v):
 
 sweep_values = {
     "tasks": st.one_of(st.just(["plus-last-even"]), json_values),
-    "recipes": st.one_of(st.just(["paper"]), st.lists(st.sampled_from(["paper", "default",
-                                                                       "x"]), max_size=2)),
+    "recipes": st.one_of(
+        st.just(["paper"]), st.lists(st.sampled_from(["paper", "default", "x"]), max_size=2)
+    ),
     "seeds": st.one_of(st.from_regex(r"\A-?\d{1,6}(-\d{0,9})?\Z"), json_values),
     "presets": st.one_of(st.just(["paper-2d"]), json_values),
-    "sets": st.lists(st.dictionaries(st.sampled_from(["lr", "steps", "d_mlp", "x/y", "betas"]),
-                                     json_values, max_size=2), max_size=3),
+    "sets": st.lists(
+        st.dictionaries(
+            st.sampled_from(["lr", "steps", "d_mlp", "x/y", "betas"]), json_values, max_size=2
+        ),
+        max_size=3,
+    ),
 }
 
 
@@ -141,8 +186,9 @@ sweep_values = {
 def sweep_files(draw):
     if draw(st.booleans()):
         return draw(st.text(max_size=200))
-    keys = ["tasks", "recipes", "seeds"] + draw(st.lists(st.sampled_from(["presets", "sets"]),
-                                                         unique=True))
+    keys = ["tasks", "recipes", "seeds"] + draw(
+        st.lists(st.sampled_from(["presets", "sets"]), unique=True)
+    )
     keys = [k for k in keys if draw(st.integers(0, 9))]  # now and then a needed key is missing
     lines = [f"{k} = {toml_value(draw(sweep_values[k]))}" for k in keys]
     return "\n".join(lines) + "\n[set]\nsteps = 100\n"
@@ -152,6 +198,7 @@ def sweep_files(draw):
 @given(sweep_files())
 def test_sweep_files(folder, text):
     from flatformer.sweep import expand, load_sweep
+
     path = folder / "s.toml"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     sweep = refused_or(load_sweep, path)
@@ -163,13 +210,17 @@ def test_sweep_files(folder, text):
 
 # ---- corpus text in any encoding, and prompts ----
 
+
 @FUZZ
-@given(st.text(min_size=0, max_size=600),
-       st.sampled_from(["utf-8", "utf-16", "latin-1", "cp1252", "shift_jis", "utf-8-sig",
-                        "utf-32"]),
-       st.sampled_from(["word", "char"]), st.text(max_size=40))
+@given(
+    st.text(min_size=0, max_size=600),
+    st.sampled_from(["utf-8", "utf-16", "latin-1", "cp1252", "shift_jis", "utf-8-sig", "utf-32"]),
+    st.sampled_from(["word", "char"]),
+    st.text(max_size=40),
+)
 def test_corpus_text_and_its_prompts(folder, text, encoding, tokenizer, prompt):
     from flatformer.tasks.corpus import CorpusTask
+
     path = folder / "corpus.txt"
     path.write_bytes(text.encode(encoding, errors="replace"))
     task = refused_or(CorpusTask.from_file, path, tokenizer)
@@ -182,6 +233,7 @@ def test_corpus_text_and_its_prompts(folder, text, encoding, tokenizer, prompt):
 @given(st.text(max_size=60))
 def test_prompts_of_a_task(prompt):
     from flatformer.tasks import get_task
+
     task = get_task("plus-last-even")
     tokens = refused_or(task.encode, prompt)
     assert tokens is None or all(0 <= t < len(task.vocab) for t in tokens)
@@ -189,14 +241,37 @@ def test_prompts_of_a_task(prompt):
 
 # ---- --set values ----
 
+
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(["lr", "steps", "d_mlp", "n_ctx", "betas", "eps",
-                                           "candidates", "batch_size", "data_seed", "act_fn",
-                                           "schedule", "qkv_bias", "colour", ""]),
-                          st.one_of(st.text(max_size=12), json_values.map(json.dumps))),
-                max_size=4))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "lr",
+                    "steps",
+                    "d_mlp",
+                    "n_ctx",
+                    "betas",
+                    "eps",
+                    "candidates",
+                    "batch_size",
+                    "data_seed",
+                    "act_fn",
+                    "schedule",
+                    "qkv_bias",
+                    "colour",
+                    "",
+                ]
+            ),
+            st.one_of(st.text(max_size=12), json_values.map(json.dumps)),
+        ),
+        max_size=4,
+    )
+)
 def test_set_values(folder, pairs):
     from flatformer.jobs import build_job
+
     sets = [f"{k}={v}" for k, v in pairs]
     built = refused_or(build_job, "plus-last-even", None, "paper", 0, None, folder / "run", sets)
     if built is not None:

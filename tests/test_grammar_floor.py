@@ -29,8 +29,9 @@ def test_the_chain_matches_the_grammar_by_hand(grammar):
     # start: the or a. subject det: an adjective (1 of 5) or an animal (1 of 4), half and half.
     assert H[states.index("start")] == pytest.approx(np.log(n["det"]))
     assert H[states.index("subject det")] == pytest.approx(
-        np.log(2) + 0.5 * np.log(n["adj"]) + 0.5 * np.log(n["animal"]))
-    assert H[states.index("end")] == pytest.approx(0.0)   # only the full stop
+        np.log(2) + 0.5 * np.log(n["adj"]) + 0.5 * np.log(n["animal"])
+    )
+    assert H[states.index("end")] == pytest.approx(0.0)  # only the full stop
     # pi is stationary: one step of the chain leaves it as it is.
     moved = np.zeros_like(pi)
     np.add.at(moved, N.ravel(), (pi[:, None] * P).ravel())
@@ -54,13 +55,20 @@ def test_the_window_floor_lies_above_the_rate_and_below_uniform(grammar):
     floor = grammar.loss_floor(data)
     assert floor["entropy_rate"] < floor["floor"] < np.log(len(grammar.vocab))
     longer = grammar.loss_floor(TaskData.build(grammar, 16, 0))
-    assert longer["floor"] < floor["floor"]   # more context, closer to the rate
+    assert longer["floor"] < floor["floor"]  # more context, closer to the rate
 
 
 def test_a_short_grammar_run_records_its_setting_and_reports_the_floor(tmp_path):
-    job, folder = build_job("tiny-grammar", None, "default", 0, None, tmp_path / "run",
-                            ["train_text=grammar", "steps=200"])
-    assert len(job.task.split(0)[0]) == job.task.n_sequences    # sentences, not the corpus
+    job, folder = build_job(
+        "tiny-grammar",
+        None,
+        "default",
+        0,
+        None,
+        tmp_path / "run",
+        ["train_text=grammar", "steps=200"],
+    )
+    assert len(job.task.split(0)[0]) == job.task.n_sequences  # sentences, not the corpus
     train(job)
     config = json.loads((folder / "config.json").read_text())
     assert config["task_settings"] == {"train_text": "grammar"}

@@ -14,9 +14,11 @@ from clitools import assert_one_line_error, cli_here
 RUN = "RUN"  # stands for a copy of the trained paper run
 # A 12.6-million-parameter model: within every limit, but 100 seeds of it (x 8 candidates)
 # need far more memory than any machine this runs on, and a checkpoint every step far more disk.
-WIDE = ["--preset", "simulator-16d"] + [x for kv in ("d_model=512", "d_mlp=2048", "n_heads=8",
-                                                    "d_head=64", "n_layers=4")
-                                        for x in ("--set", kv)]
+WIDE = ["--preset", "simulator-16d"] + [
+    x
+    for kv in ("d_model=512", "d_mlp=2048", "n_heads=8", "d_head=64", "n_layers=4")
+    for x in ("--set", kv)
+]
 TOML = 'tasks = ["plus-last-even"]\nrecipes = ["paper"]\nseeds = "{seeds}"\n[set]\nsteps = 100\n'
 
 # (arguments, words the one line must contain). Files named here are made by `files`.
@@ -48,11 +50,36 @@ CASES = [
     (["train", "plus-last-even", "--set", "d_mlp=40000000"], ["d_mlp", "16,384"]),
     (["train", "plus-last-even", "--set", "n_ctx=100000000"], ["n_ctx", "2,048"]),
     (["train", "plus-last-even", "--set", "n_layers=100000"], ["n_layers", "1..48"]),
-    (["train", "plus-last-even", "--preset", "simulator-16d", "--set", "d_model=1024",
-      "--set", "d_mlp=16384", "--set", "n_layers=48"], ["parameters", "at most"]),
+    (
+        [
+            "train",
+            "plus-last-even",
+            "--preset",
+            "simulator-16d",
+            "--set",
+            "d_model=1024",
+            "--set",
+            "d_mlp=16384",
+            "--set",
+            "n_layers=48",
+        ],
+        ["parameters", "at most"],
+    ),
     (["train", "plus-last-even", *WIDE, "--seeds", "0-99"], ["GB of memory", "available"]),
-    (["train", "plus-last-even", *WIDE, "--set", "candidates=1", "--set", "steps=10000000",
-      "--set", "checkpoint_every=1"], ["GB", "is free", "checkpoint_every="]),
+    (
+        [
+            "train",
+            "plus-last-even",
+            *WIDE,
+            "--set",
+            "candidates=1",
+            "--set",
+            "steps=10000000",
+            "--set",
+            "checkpoint_every=1",
+        ],
+        ["GB", "is free", "checkpoint_every="],
+    ),
     (["gradcheck", "--vocab", "1000000000"], ["d_vocab", "100,000"]),
     (["gradcheck", "--vocab", "-3"], ["d_vocab"]),
     (["gradcheck", "--layers", "100000"], ["n_layers"]),
@@ -91,7 +118,7 @@ CASES = [
     (["compare", RUN, "--success", "nan"], ["--success"]),
     # sweep files and options
     (["sweep", "huge.toml", "--out", "sw"], ["number of seeds"]),
-    (["sweep", "latin1.txt", "--out", "sw"], ["not valid TOML"]),
+    (["sweep", "latin1.txt", "--out", "sw"], ["sweep file", "not UTF-8"]),
     (["sweep", "adir", "--out", "sw"], ["adir"]),
     (["sweep", "ok.toml", "--out", "sw", "--workers", "100000"], ["--workers", "cores"]),
     (["sweep", "ok.toml", "--out", "sw", "--ray", "nohost"], ["HOST:PORT"]),
@@ -104,16 +131,28 @@ SPOILED = [
     ("config.json", b"\xff\xfe{}", ["run config", "not UTF-8"]),
     ("config.json", b"[1, 2, 3]", ["names no task"]),
     ("config.json", b"[" * 100_000, ["not a valid run config"]),
-    ("config.json", lambda c: c.replace(b'"d_vocab": 12', b'"d_vocab": 1000000000000'),
-     ["d_vocab", "100,000"]),
+    (
+        "config.json",
+        lambda c: c.replace(b'"d_vocab": 12', b'"d_vocab": 1000000000000'),
+        ["d_vocab", "100,000"],
+    ),
     ("config.json", lambda c: c.replace(b'"d_mlp": 32', b'"d_mlp": "32"'), ["d_mlp"]),
-    ("config.json", lambda c: c.replace(b'"qkv_bias": false', b'"qkv_bias": "no"'),
-     ["qkv_bias", "true or false"]),
-    ("config.json", lambda c: c.replace(b'"model": {', b'"model": {"evil": 1, '),
-     ["unknown model field", "evil"]),
+    (
+        "config.json",
+        lambda c: c.replace(b'"qkv_bias": false', b'"qkv_bias": "no"'),
+        ["qkv_bias", "true or false"],
+    ),
+    (
+        "config.json",
+        lambda c: c.replace(b'"model": {', b'"model": {"evil": 1, '),
+        ["unknown model field", "evil"],
+    ),
     ("config.json", lambda c: c.replace(b'"+"', b'"0"'), ["vocab", "distinct"]),
-    ("checkpoints/step_020000.safetensors", lambda c: (10**15).to_bytes(8, "little") + c[8:],
-     ["header length"]),
+    (
+        "checkpoints/step_020000.safetensors",
+        lambda c: (10**15).to_bytes(8, "little") + c[8:],
+        ["header length"],
+    ),
     ("checkpoints/step_020000.safetensors", lambda c: absurd_shape(c), ["step_020000"]),
     ("checkpoints/step_020000.safetensors", b"", ["header length"]),
 ]
@@ -122,12 +161,12 @@ SPOILED = [
 def absurd_shape(data: bytes) -> bytes:
     """The checkpoint with a well-formed header whose first tensor claims 6.4 GB."""
     n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     name = next(k for k in header if k != "__metadata__")
     header[name]["shape"] = [2, 400_000_000]
     header[name]["data_offsets"][1] = header[name]["data_offsets"][0] + 6_400_000_000
     text = json.dumps(header).encode()
-    return len(text).to_bytes(8, "little") + text + data[8 + n:]
+    return len(text).to_bytes(8, "little") + text + data[8 + n :]
 
 
 def copy_run(paper_run, folder):
@@ -177,10 +216,10 @@ def test_hostile_options_get_one_line(place, args, words):
     assert not (place / "runs").exists() and not (place / "sw" / "results.csv").exists()
 
 
-@pytest.mark.parametrize("name, spoil, words", SPOILED, ids=[f"{n}-{i}" for i, (n, _, _)
-                                                             in enumerate(SPOILED)])
-def test_a_spoiled_run_folder_gets_one_line(paper_run, tmp_path, monkeypatch, name, spoil,
-                                            words):
+@pytest.mark.parametrize(
+    "name, spoil, words", SPOILED, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(SPOILED)]
+)
+def test_a_spoiled_run_folder_gets_one_line(paper_run, tmp_path, monkeypatch, name, spoil, words):
     monkeypatch.chdir(tmp_path)
     copy_run(paper_run, tmp_path / RUN)
     path = tmp_path / RUN / name
@@ -190,6 +229,7 @@ def test_a_spoiled_run_folder_gets_one_line(paper_run, tmp_path, monkeypatch, na
 
 def test_a_spoiled_metrics_file_keeps_the_rows_before_the_damage(paper_run, tmp_path):
     from flatformer.runs import read_metrics
+
     copy_run(paper_run, tmp_path / RUN)
     place, path = tmp_path, tmp_path / RUN / "metrics.jsonl"
     rows = path.read_bytes().splitlines(keepends=True)

@@ -14,23 +14,35 @@ PACKAGE = Path(flatformer.__file__).parent
 
 def imported_after(statement: str) -> set[str]:
     """Top-level modules loaded by `statement` in a fresh interpreter."""
-    code = (f"import sys; {statement}; "
-            f"print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
+    code = (
+        f"import sys; {statement}; "
+        f"print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     return set(result.stdout.split())
 
 
 def test_numbers_load_no_drawing_or_terminal_package():
-    loaded = imported_after("import flatformer.compare_report, flatformer.analysis, flatformer.readout, "
-                            "flatformer.analysis.report, flatformer.explorer.export")
+    loaded = imported_after(
+        "import flatformer.compare, flatformer.analysis, flatformer.readout, "
+        "flatformer.analysis.report, flatformer.explorer.export"
+    )
     assert "flatformer" in loaded
     assert not loaded & {"matplotlib", "typer", "rich"}
 
 
 def test_the_issue_statement_holds():
-    subprocess.run([sys.executable, "-c", "import flatformer.compare_report, flatformer.analysis; "
-                    "import sys; assert 'matplotlib' not in sys.modules"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import flatformer.compare, flatformer.analysis; "
+            "import sys; assert 'matplotlib' not in sys.modules",
+        ],
+        check=True,
+    )
 
 
 def test_no_module_reads_closures():
@@ -50,7 +62,7 @@ def import_graph() -> dict[str, set[str]]:
         here = name.split(".") if package else name.split(".")[:-1]
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
-                base = here[:len(here) - node.level + 1] if node.level else []
+                base = here[: len(here) - node.level + 1] if node.level else []
                 target = ".".join(base + ([node.module] if node.module else []))
                 for alias in node.names:
                     full = f"{target}.{alias.name}"
@@ -72,14 +84,17 @@ def reachable(graph, start: str) -> set[str]:
 def test_imports_have_no_cycle():
     graph = import_graph()
     assert "flatformer.readout.points" in graph["flatformer.readout"]  # relative imports read
-    cycles = sorted(m for m in graph if m in reachable(graph, m)
-                    and not m.endswith("__main__"))
+    cycles = sorted(m for m in graph if m in reachable(graph, m) and not m.endswith("__main__"))
     assert cycles == []
 
 
 def test_the_main_job_and_the_commands_never_import_the_cli():
     graph = import_graph()
-    assert not {m for m in reachable(graph, "flatformer.reproduce")
-                if m == "flatformer.cli" or m.startswith("flatformer.commands")}
-    assert not [m for m in graph if m.startswith("flatformer.commands")
-                and "flatformer.cli" in graph[m]]
+    assert not {
+        m
+        for m in reachable(graph, "flatformer.reproduce")
+        if m == "flatformer.cli" or m.startswith("flatformer.commands")
+    }
+    assert not [
+        m for m in graph if m.startswith("flatformer.commands") and "flatformer.cli" in graph[m]
+    ]

@@ -27,8 +27,7 @@ def test_runs_shorter_than_the_cap_and_explicit_selection_steps(tmp_path, monkey
     job, _ = build_job("plus-last-even", None, "paper", 0, None, tmp_path, ["steps=100"])
     assert job.recipe.steps == 100 and job.capped_from is None and capped_note(job) is None
     # A selection step the cap makes impossible is replaced by the short-run choice.
-    job, _ = build_job("plus-last-even", None, "default", 0, None, tmp_path,
-                       ["select_step=1000"])
+    job, _ = build_job("plus-last-even", None, "default", 0, None, tmp_path, ["select_step=1000"])
     assert job.recipe.steps == 200 and job.recipe.select_step == 100
     monkeypatch.delenv("FLATFORMER_MAX_STEPS")
     job, _ = build_job("plus-last-even", None, "default", 0, None, tmp_path, [])
@@ -49,5 +48,6 @@ def test_the_command_says_the_run_was_capped(tmp_path, monkeypatch):
     assert result.stderr.splitlines()[0].startswith("note: FLATFORMER_MAX_STEPS=100 caps")
     assert "step 100," in result.stdout
     monkeypatch.setenv("FLATFORMER_MAX_STEPS", "many")
-    assert_one_line_error(cli("train", "plus-last-even", "--out", tmp_path / "other"),
-                          "FLATFORMER_MAX_STEPS")
+    assert_one_line_error(
+        cli("train", "plus-last-even", "--out", tmp_path / "other"), "FLATFORMER_MAX_STEPS"
+    )

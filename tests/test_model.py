@@ -7,8 +7,17 @@ import torch
 from flatformer.bridge import TorchTransformer
 from flatformer.config import ModelConfig, preset
 from flatformer.errors import FlatformerError
-from flatformer.model import (BLOCK, GELU_C, activation, activation_grad, backward, cross_entropy,
-                              forward, hook_names, init_params)
+from flatformer.engine.model import (
+    BLOCK,
+    GELU_C,
+    activation,
+    activation_grad,
+    backward,
+    cross_entropy,
+    forward,
+    hook_names,
+    init_params,
+)
 from flatformer.transformer import Transformer
 
 
@@ -19,7 +28,7 @@ def random_batch(cfg, S=3, B=4, seed=0):
         if "ln" in name:
             view += 0.3 * rng.standard_normal(view.shape)
     tokens = rng.integers(0, cfg.d_vocab, (S, B, cfg.n_ctx))
-    targets = rng.integers(0, cfg.d_vocab, tokens.shape)
+    targets = rng.integers(0, cfg.vocab_out, tokens.shape)
     weights = (rng.random(tokens.shape) > 0.3).astype(float)
     return params, tokens, targets, weights
 
@@ -38,16 +47,19 @@ def test_logits_and_gradients_equal_autograd(cfg):
         oracle = TorchTransformer(cfg, params.seed(s))
         t_logits = oracle(torch.tensor(tokens[s]))
         np.testing.assert_allclose(t_logits.detach().numpy(), logits[s], atol=1e-12, rtol=0)
-        nll = torch.nn.functional.cross_entropy(t_logits.reshape(-1, cfg.d_vocab),
-                                                torch.tensor(targets[s]).reshape(-1),
-                                                reduction="none")
+        nll = torch.nn.functional.cross_entropy(
+            t_logits.reshape(-1, cfg.vocab_out),
+            torch.tensor(targets[s]).reshape(-1),
+            reduction="none",
+        )
         w = torch.tensor(weights[s].reshape(-1))
         t_loss = (nll * w).sum() / w.sum()
         assert abs(t_loss.item() - loss[s]) < 1e-12
         t_loss.backward()
         for name in cfg.param_shapes():
-            np.testing.assert_allclose(oracle.p(name).grad.numpy(), grads[name][s],
-                                       atol=1e-10, rtol=0, err_msg=name)
+            np.testing.assert_allclose(
+                oracle.p(name).grad.numpy(), grads[name][s], atol=1e-10, rtol=0, err_msg=name
+            )
 
 
 @pytest.mark.parametrize("read", [[2], [0, 5], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]])
@@ -65,10 +77,11 @@ def test_reading_only_some_positions_gives_the_full_gradients(cfg, read):
     some_grads = backward(params, cache, dsome)
     np.testing.assert_allclose(some, logits[:, :, read], rtol=1e-12, atol=0)
     np.testing.assert_allclose(some_loss, loss, rtol=1e-12, atol=0)
-    scale = np.abs(grads.flat).max()   # relative to the largest (b_K's are 0 but for rounding)
+    scale = np.abs(grads.flat).max()  # relative to the largest (b_K's are 0 but for rounding)
     for name in cfg.param_shapes():
-        np.testing.assert_allclose(some_grads[name], grads[name], rtol=0, atol=1e-12 * scale,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            some_grads[name], grads[name], rtol=0, atol=1e-12 * scale, err_msg=name
+        )
 
 
 def test_cache_matches_the_torch_hooks(cfg):
@@ -78,30 +91,52 @@ def test_cache_matches_the_torch_hooks(cfg):
     _, t_cache = TorchTransformer(cfg, params.seed(0)).run_with_cache(torch.tensor(tokens[0]))
     assert list(cache) == list(t_cache) == hook_names(cfg)
     for name in cache:
-        np.testing.assert_allclose(np.asarray(t_cache[name].detach()), cache[name], atol=1e-12,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            np.asarray(t_cache[name].detach()), cache[name], atol=1e-12, err_msg=name
+        )
 
 
 def test_hook_names_are_pinned():
-    block = ["blocks.0.hook_resid_pre", "blocks.0.attn.hook_q", "blocks.0.attn.hook_k",
-             "blocks.0.attn.hook_v", "blocks.0.attn.hook_attn_scores",
-             "blocks.0.attn.hook_pattern", "blocks.0.attn.hook_z", "blocks.0.hook_attn_out",
-             "blocks.0.hook_resid_mid", "blocks.0.mlp.hook_pre", "blocks.0.mlp.hook_post",
-             "blocks.0.hook_mlp_out", "blocks.0.hook_resid_post"]
+    block = [
+        "blocks.0.hook_resid_pre",
+        "blocks.0.attn.hook_q",
+        "blocks.0.attn.hook_k",
+        "blocks.0.attn.hook_v",
+        "blocks.0.attn.hook_attn_scores",
+        "blocks.0.attn.hook_pattern",
+        "blocks.0.attn.hook_z",
+        "blocks.0.hook_attn_out",
+        "blocks.0.hook_resid_mid",
+        "blocks.0.mlp.hook_pre",
+        "blocks.0.mlp.hook_post",
+        "blocks.0.hook_mlp_out",
+        "blocks.0.hook_resid_post",
+    ]
     assert hook_names(preset("paper-2d", 12)) == ["hook_embed", "hook_pos_embed", *block]
     assert hook_names(preset("simulator-16d", 28)) == [
-        "hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.0.ln1.hook_scale",
-        "blocks.0.ln1.hook_normalized", *block[1:9], "blocks.0.ln2.hook_scale",
-        "blocks.0.ln2.hook_normalized", *block[9:]]
+        "hook_embed",
+        "hook_pos_embed",
+        "blocks.0.hook_resid_pre",
+        "blocks.0.ln1.hook_scale",
+        "blocks.0.ln1.hook_normalized",
+        *block[1:9],
+        "blocks.0.ln2.hook_scale",
+        "blocks.0.ln2.hook_normalized",
+        *block[9:],
+    ]
     two = hook_names(preset("paper-2d-2layer", 12))
     assert two[2:] == block + [n.replace("blocks.0", "blocks.1") for n in block]
     # Attention-only blocks end at hook_resid_post (no resid_mid, as TransformerLens's attn_only);
     # the final LayerNorm comes after the last block.
     attn_only = [*block[:8], "blocks.0.hook_resid_post"]
     assert hook_names(preset("paper-2d-2layer", 12, d_mlp=0, ln_final=True)) == [
-        "hook_embed", "hook_pos_embed", *attn_only,
+        "hook_embed",
+        "hook_pos_embed",
+        *attn_only,
         *[n.replace("blocks.0", "blocks.1") for n in attn_only],
-        "ln_final.hook_scale", "ln_final.hook_normalized"]
+        "ln_final.hook_scale",
+        "ln_final.hook_normalized",
+    ]
 
 
 def test_attention_only_blocks_and_the_final_layernorm_have_their_parameters():
@@ -109,7 +144,7 @@ def test_attention_only_blocks_and_the_final_layernorm_have_their_parameters():
     names = list(cfg.param_shapes())
     assert cfg.attn_only and not any("mlp" in n or "ln2" in n for n in names)
     assert names[-4:] == ["ln_final.w", "ln_final.b", "unembed.W_U", "unembed.b_U"]
-    mlp = 2 * 32 + 32 + 32 * 2 + 2                       # W_in, b_in, W_out, b_out per block
+    mlp = 2 * 32 + 32 + 32 * 2 + 2  # W_in, b_in, W_out, b_out per block
     assert cfg.n_params == preset("paper-2d-2layer", 12).n_params - 2 * mlp + 2 * 2
 
 
@@ -163,22 +198,30 @@ def test_a_hook_cannot_unmask_the_future():
     query may read, never over later ones."""
     cfg = preset("simulator-16d", 28)
     model = Transformer(cfg, init_params(cfg, [np.random.default_rng(3)]).seed(0))
-    _, cache = model.run_with_cache([[3, 1, 4, 1, 5]], hooks={
-        "blocks.0.attn.hook_attn_scores": lambda x, name: np.zeros_like(x)})
+    _, cache = model.run_with_cache(
+        [[3, 1, 4, 1, 5]],
+        hooks={"blocks.0.attn.hook_attn_scores": lambda x, name: np.zeros_like(x)},
+    )
     T = 5
-    np.testing.assert_allclose(cache["blocks.0.attn.hook_pattern"][0, 0],
-                               np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None])
+    np.testing.assert_allclose(
+        cache["blocks.0.attn.hook_pattern"][0, 0],
+        np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None],
+    )
 
 
 def test_gelu_in_blocks_is_the_textbook_formula():
     """The GELU and its derivative, computed one cache block at a time, on more than three
     blocks (the last one partial) against the formulas written out whole."""
     x = np.random.default_rng(0).normal(0, 3, (3 * BLOCK + 5) * 5).reshape(-1, 5)[:, ::-1]
-    t = np.tanh(GELU_C * (x + 0.044715 * x ** 3))
+    t = np.tanh(GELU_C * (x + 0.044715 * x**3))
     cfg = preset("simulator-16d", 28)
     np.testing.assert_allclose(activation(cfg, x), 0.5 * x * (1 + t), rtol=0, atol=1e-14)
-    np.testing.assert_allclose(activation_grad(cfg, x), 0.5 * (1 + t) + 0.5 * x * (1 - t * t)
-                               * GELU_C * (1 + 3 * 0.044715 * x * x), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(
+        activation_grad(cfg, x),
+        0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * x * x),
+        rtol=0,
+        atol=1e-14,
+    )
 
 
 def test_float32_stays_float32_everywhere():
@@ -189,21 +232,25 @@ def test_float32_stays_float32_everywhere():
     params = params.like(params.flat.astype(np.float32))
     logits, cache = forward(params, tokens)
     assert logits.dtype == np.float32
-    assert {name: a.dtype for name, a in cache.items()
-            if a.dtype != np.float32 and name != "_tokens"} == {}
-    loss, dlogits = cross_entropy(logits, targets, weights)   # float64 weights, as data gives
+    assert {
+        name: a.dtype for name, a in cache.items() if a.dtype != np.float32 and name != "_tokens"
+    } == {}
+    loss, dlogits = cross_entropy(logits, targets, weights)  # float64 weights, as data gives
     assert loss.dtype == dlogits.dtype == np.float32
     assert backward(params, cache, dlogits).flat.dtype == np.float32
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(d_model=3), "n_heads \\* d_head must equal d_model"),
-    (dict(act_fn="tanh"), "act_fn"),
-    (dict(normalization="post_ln"), "normalization"),
-    (dict(n_layers=0), "n_layers"),
-    (dict(d_mlp=-1), "d_mlp must be a whole number in 0\\.\\."),
-    (dict(ln_final="yes"), "ln_final must be true or false"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(d_model=3), "n_heads \\* d_head must equal d_model"),
+        (dict(act_fn="tanh"), "act_fn"),
+        (dict(normalization="post_ln"), "normalization"),
+        (dict(n_layers=0), "n_layers"),
+        (dict(d_mlp=-1), "d_mlp must be a whole number in 0\\.\\."),
+        (dict(ln_final="yes"), "ln_final must be true or false"),
+    ],
+)
 def test_config_validates_itself(bad, message):
     with pytest.raises(FlatformerError, match=message):
         preset("paper-2d", 12, **bad)
@@ -217,3 +264,39 @@ def test_tokens_outside_the_vocabulary_are_refused():
         model([[1, 12]])
     with pytest.raises(FlatformerError, match="exceed the context"):
         model([list(range(9))])
+
+
+def test_erf_equals_the_c_library_over_a_wide_grid_and_its_tails():
+    import math
+
+    from flatformer.engine.model import erf, gelu_erf
+
+    x = np.concatenate(
+        [
+            np.linspace(-30, 30, 20001),
+            np.geomspace(1e-300, 1e-3, 500),
+            -np.geomspace(1e-300, 1e-3, 500),
+            [0.0, -0.0, np.inf, -np.inf],
+        ]
+    )
+    expected = np.array([math.erf(v) for v in x])
+    assert np.array_equal(erf(x), expected)
+    assert erf(x.astype(np.float32)).dtype == np.float32
+    t = torch.tensor(x[np.isfinite(x)])
+    np.testing.assert_allclose(
+        gelu_erf(x[np.isfinite(x)]), torch.nn.functional.gelu(t).numpy(), atol=1e-15, rtol=1e-15
+    )
+
+
+def test_new_fields_stay_out_of_saved_configs_at_their_defaults():
+    cfg = preset("simulator-16d", 28)
+    assert "attn_out_bias" not in cfg.to_dict() and "d_vocab_out" not in cfg.to_dict()
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+    imported = cfg.replace(attn_out_bias=True, d_vocab_out=20)
+    assert imported.to_dict()["d_vocab_out"] == 20
+    assert imported.param_shapes()["blocks.0.attn.b_O"] == (16,)
+    assert imported.param_shapes()["unembed.W_U"] == (16, 20)
+    with pytest.raises(FlatformerError, match="d_vocab_out"):
+        cfg.replace(d_vocab_out=29)
+    with pytest.raises(FlatformerError, match="attn_out_bias"):
+        preset("paper-2d", 12, attn_out_bias=True)

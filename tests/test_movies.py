@@ -15,14 +15,14 @@ import pytest
 from conftest import make_run
 from flatformer.errors import FlatformerError
 from flatformer.evaluate import evaluate_run
-from flatformer.movies import (MOVIES, formats, load_checkpoints, movie_names, prepare,
-                               render)
+from flatformer.movies import MOVIES, formats, load_checkpoints, movie_names, prepare, render
 from flatformer.runs import checkpoint_path, load_run, read_checkpoint
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "flatformer", *map(str, args)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "flatformer", *map(str, args)], capture_output=True, text=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +95,7 @@ def test_points_are_the_checkpoints_own_embeddings_and_projections(short_run, sc
         np.testing.assert_allclose(frame["combined"], e, atol=1e-12)
         q3 = qkv.frame(i)
         for w in "qkv":
-            np.testing.assert_allclose(q3[w], e @ t[f"blocks.0.attn.W_{w.upper()}"][0],
-                                       atol=1e-12)
+            np.testing.assert_allclose(q3[w], e @ t[f"blocks.0.attn.W_{w.upper()}"][0], atol=1e-12)
 
 
 def test_scores_and_focus_field_follow_the_weights(short_run, scenes):
@@ -110,7 +109,7 @@ def test_scores_and_focus_field_follow_the_weights(short_run, scenes):
     scores = att.frame(i)["scores"]
     for a in range(0, V * T, 5):
         for b in range(0, V * T, 3):
-            if b % T > a % T:     # key position after the query position: masked
+            if b % T > a % T:  # key position after the query position: masked
                 assert np.isnan(scores[a, b])
             else:
                 assert scores[a, b] == pytest.approx(q[a] @ k[b] / math.sqrt(2), rel=1e-5)
@@ -134,8 +133,12 @@ def test_landscape_is_the_output_network_of_that_checkpoint(short_run, scenes):
         xs = np.linspace(land.limits[0], land.limits[1], G)
         ys = np.linspace(land.limits[2], land.limits[3], G)
         z = np.stack(np.meshgrid(xs, ys), -1)
-        h = z + np.maximum(z @ t["blocks.0.mlp.W_in"] + t["blocks.0.mlp.b_in"], 0) \
-            @ t["blocks.0.mlp.W_out"] + t["blocks.0.mlp.b_out"]
+        h = (
+            z
+            + np.maximum(z @ t["blocks.0.mlp.W_in"] + t["blocks.0.mlp.b_in"], 0)
+            @ t["blocks.0.mlp.W_out"]
+            + t["blocks.0.mlp.b_out"]
+        )
         logits = h @ t["unembed.W_U"] + t["unembed.b_U"]
         np.testing.assert_array_equal(frame["argmax"], logits.argmax(-1))
         p = np.exp(logits - logits.max(-1, keepdims=True))
@@ -177,7 +180,8 @@ def test_artists_move_to_the_frame_and_axes_never_rescale(scenes, name):
         "mov2_landscape": (lambda s: s.point_labels, "combined", 0),
         "mov3_qkv": (lambda s: s.labels["q"], "q", 1),
         "mov4_qk_space": (lambda s: s.keys, "k", 1),
-        "mov5_qk_attention": (lambda s: s.qk.q_labels, "q", 0)}[name]
+        "mov5_qk_attention": (lambda s: s.qk.q_labels, "q", 0),
+    }[name]
     for i in (5, 20):
         scene.render(i)
         assert [(ax.get_xlim(), ax.get_ylim()) for ax in scene.canvas.panels] == limits
@@ -220,8 +224,18 @@ def test_parallel_parts_join_to_the_serial_movie(short_run, tmp_path):
 
 
 def test_wider_model_uses_one_pca_plane_and_skips_the_landscape(simulator_run, tmp_path):
-    result = cli("animate", simulator_run, "--movies", "mov2,mov3", "--format", "gif",
-                 "--head", "1", "--out", tmp_path)
+    result = cli(
+        "animate",
+        simulator_run,
+        "--movies",
+        "mov2,mov3",
+        "--format",
+        "gif",
+        "--head",
+        "1",
+        "--out",
+        tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert "skipping mov2_landscape" in result.stderr and "d_model == 2" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mov3_qkv.gif"]
@@ -235,9 +249,9 @@ def test_wider_model_uses_one_pca_plane_and_skips_the_landscape(simulator_run, t
     V, T = ck.run.cfg.d_vocab, ck.run.cfg.n_ctx
     for i in (0, len(ck.steps) - 1):
         q = ck.models[i].run_with_cache(np.repeat(np.arange(V)[:, None], T, 1))[1][
-            "blocks.0.attn.hook_q"][:, :, 1]
-        np.testing.assert_allclose(qkv.frame(i)["q"], plane.project(q).reshape(-1, 2),
-                                   atol=1e-12)
+            "blocks.0.attn.hook_q"
+        ][:, :, 1]
+        np.testing.assert_allclose(qkv.frame(i)["q"], plane.project(q).reshape(-1, 2), atol=1e-12)
     assert gif_frames(tmp_path / "mov3_qkv.gif") == len(ck.steps)
 
 
@@ -258,13 +272,16 @@ def test_too_few_checkpoints_is_one_line(short_run, tmp_path):
         load_checkpoints(load_run(lonely))
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--movies", "mov9"], "unknown movie 'mov9'"),
-    (["--movies", "embeddings,nope"], "unknown movie 'nope'"),
-    (["--format", "avi"], "unknown format 'avi'"),
-    (["--fps", "0"], "--fps must be between 1 and 50"),
-    (["--head", "3"], "--head 3 does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--movies", "mov9"], "unknown movie 'mov9'"),
+        (["--movies", "embeddings,nope"], "unknown movie 'nope'"),
+        (["--format", "avi"], "unknown format 'avi'"),
+        (["--fps", "0"], "--fps must be between 1 and 50"),
+        (["--head", "3"], "--head 3 does not exist"),
+    ],
+)
 def test_bad_options_are_one_line_errors(short_run, args, message):
     result = cli("animate", short_run, *args)
     assert result.returncode == 2
@@ -273,10 +290,13 @@ def test_bad_options_are_one_line_errors(short_run, args, message):
 
 
 def test_movie_and_format_names():
-    assert movie_names(None) == list(MOVIES)        # the five every run can have
+    assert movie_names(None) == list(MOVIES)  # the five every run can have
     assert movie_names(None, "modular-addition") == list(MOVIES) + ["mov6_spectrum"]
     assert movie_names(None, "induction") == list(MOVIES) + ["mov7_induction_attention"]
     assert movie_names("6") == ["mov6_spectrum"]
-    assert movie_names("3, mov1,qk_attention,mov3_qkv") == ["mov3_qkv", "mov1_embeddings",
-                                                           "mov5_qk_attention"]
+    assert movie_names("3, mov1,qk_attention,mov3_qkv") == [
+        "mov3_qkv",
+        "mov1_embeddings",
+        "mov5_qk_attention",
+    ]
     assert formats("GIF") == ["gif"] and formats(None) == ["mp4", "gif"]

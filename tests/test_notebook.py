@@ -36,9 +36,11 @@ def test_show_is_importable_from_the_package():
 
 def test_importing_flatformer_stays_light():
     # show is looked up lazily: a plain import must not pull in the explorer or matplotlib.
-    code = ("import sys, flatformer; "
-            "print(sorted(m for m in ('flatformer.notebook', 'flatformer.explorer', 'matplotlib')"
-            " if m in sys.modules))")
+    code = (
+        "import sys, flatformer; "
+        "print(sorted(m for m in ('flatformer.notebook', 'flatformer.explorer', 'matplotlib')"
+        " if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -57,22 +59,27 @@ def test_show_embeds_the_whole_page_in_a_sandboxed_iframe(small_run):
 
 def test_show_defaults_to_the_last_checkpoint(small_run):
     from flatformer.runs import load_run
+
     assert show(small_run).document == render_html(load_run(small_run), 300)
 
 
 def test_show_of_an_in_memory_model(small_run):
     from flatformer.runs import load_run
+
     run = load_run(small_run)
     shown = show(run.model(), vocab=run.vocab)
     assert srcdoc(shown.html) == render_html(run.model(), vocab=run.vocab)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda run: show(run, step=7), "no checkpoint at step 7"),
-    (lambda run: show(run.parent / "missing"), "is not a flatformer run"),
-    (lambda run: show(run, height=50), "height must be"),
-    (lambda run: show(run, height="900"), "height must be"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda run: show(run, step=7), "no checkpoint at step 7"),
+        (lambda run: show(run.parent / "missing"), "is not a flatformer run"),
+        (lambda run: show(run, height=50), "height must be"),
+        (lambda run: show(run, height="900"), "height must be"),
+    ],
+)
 def test_show_bad_input_is_one_clear_error(small_run, call, message):
     with pytest.raises(FlatformerError, match=message):
         call(small_run)
@@ -80,6 +87,7 @@ def test_show_bad_input_is_one_clear_error(small_run, call, message):
 
 def test_show_of_a_model_needs_its_vocab(small_run):
     from flatformer.runs import load_run
+
     with pytest.raises(FlatformerError, match="vocab"):
         show(load_run(small_run).model())
 
@@ -89,8 +97,13 @@ def test_committed_tour_has_no_outputs():
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code, "the tour has no code"
-    dirty = [i for i, c in enumerate(nb.cells)
-             if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
-    assert not dirty, (f"cells {dirty} of {TOUR.name} hold outputs; clear them with "
-                       f"`jupyter nbconvert --clear-output --inplace examples/tour.ipynb`")
+    dirty = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.outputs or c.execution_count is not None)
+    ]
+    assert not dirty, (
+        f"cells {dirty} of {TOUR.name} hold outputs; clear them with "
+        f"`jupyter nbconvert --clear-output --inplace examples/tour.ipynb`"
+    )
     assert nb.metadata.kernelspec.name == "python3"

@@ -12,7 +12,7 @@ from nbconvert import HTMLExporter
 from browser import close, open_page
 
 TOUR = Path(__file__).resolve().parents[1] / "examples" / "tour.ipynb"
-CELL_TIMEOUT = 300   # a hang fails the test instead of stalling CI; the whole tour takes ~40 s
+CELL_TIMEOUT = 300  # a hang fails the test instead of stalling CI; the whole tour takes ~40 s
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +20,12 @@ def executed(tmp_path_factory):
     """The tour, executed in a fresh kernel in an empty folder (its runs/ are written there)."""
     folder = tmp_path_factory.mktemp("tour")
     nb = nbformat.read(TOUR, as_version=4)
-    NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                   resources={"metadata": {"path": str(folder)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(folder)}},
+    ).execute()
     return nb, folder
 
 
@@ -49,7 +53,7 @@ def test_tour_says_what_its_prose_claims(executed):
     assert "250 parameters" in trained and "rule error 0.0%" in trained
     attention = text_of(cell_with(nb, "predicted next token"))
     weights = dict(re.findall(r"^\s+(\S+)\s+([0-9.]+) #*$", attention, re.MULTILINE))
-    assert max(weights, key=lambda k: float(weights[k])) == "6"      # the last + looks at 6
+    assert max(weights, key=lambda k: float(weights[k])) == "6"  # the last + looks at 6
     assert attention.strip().endswith("predicted next token: 6")
     table = text_of(cell_with(nb, "\nalgorithm_table(run)"))
     assert [line.split()[0] for line in table.splitlines()] == list("111233455")
@@ -62,7 +66,7 @@ def test_each_figure_cell_shows_one_image(executed):
     assert len(cells) == 4
     for cell in cells:
         images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
-        assert len(images) == 1, cell.source   # shown once: a Figure, not also a pyplot figure
+        assert len(images) == 1, cell.source  # shown once: a Figure, not also a pyplot figure
 
 
 def test_explorer_cell_outputs_the_inline_page(executed):
@@ -103,7 +107,14 @@ def test_exported_tour_passes_the_self_check_offline(executed, tmp_path, chromiu
         frames = [f for f in page.frames if f.url == "about:srcdoc"]
         assert len(frames) == 1
         frame = frames[0]
-        frame.wait_for_function("window.explorer && window.explorer.ready", timeout=60_000)
+        # Polled from here: Playwright's wait_for_function polls on animation frames, which
+        # Chromium does not run in a cross-origin frame outside the viewport (where a longer
+        # output above puts the explorer), and its timer polling evaluates a string, which the
+        # page's CSP refuses.
+        for _ in range(600):
+            if frame.evaluate("!!(window.explorer && window.explorer.ready)"):
+                break
+            page.wait_for_timeout(100)
         check = frame.evaluate("window.explorer.selfCheck")
         worst = float(frame.locator("#selfcheck").get_attribute("data-worst"))
         failed = frame.evaluate("window.explorer.failed")

@@ -18,8 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_import_flatformer_loads_neither_torch_nor_matplotlib():
-    code = ("import sys, flatformer; heavy = [m for m in ('torch', 'matplotlib', 'rich', "
-            "'typer') if m in sys.modules]; print(heavy)")
+    code = (
+        "import sys, flatformer; heavy = [m for m in ('torch', 'matplotlib', 'rich', "
+        "'typer') if m in sys.modules]; print(heavy)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
@@ -37,10 +39,14 @@ def test_the_package_data_covers_every_data_file():
     patterns = config["tool"]["setuptools"]["package-data"]["flatformer"]
     package = ROOT / "flatformer"
     # __pycache__ holds numba's compiled-kernel cache (kernels.*.nbi/.nbc), never package data.
-    files = [p for p in package.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")
-             and "__pycache__" not in p.parts]
+    files = [
+        p
+        for p in package.rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    ]
     assert any(p.suffix == ".js" for p in files)
     for path in files:
         relative = path.relative_to(package)
-        assert any(relative.match(pattern) or Path("x", relative).match(pattern)
-                   for pattern in patterns), f"{relative} is not package data"
+        assert any(
+            relative.match(pattern) or Path("x", relative).match(pattern) for pattern in patterns
+        ), f"{relative} is not package data"

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -42,30 +41,44 @@ def readme_commands(text: str) -> list[str]:
 def runnable_parts(command: str) -> list[str]:
     """The parts of `command` (split at &&) that this test runs."""
     parts = [p.strip() for p in command.split("&&")]
-    return [p for p in parts if not p.startswith(tuple(SKIPPED))
-            and not any(marker in p for marker in NEEDS_CLUSTER)]
+    return [
+        p
+        for p in parts
+        if not p.startswith(tuple(SKIPPED)) and not any(marker in p for marker in NEEDS_CLUSTER)
+    ]
 
 
 def fresh_checkout(dest: Path):
     """The repository's files as a fresh clone has them (tracked, or new and not ignored)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=ROOT, capture_output=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+    )
     if listed.returncode == 0 and listed.stdout:
         for name in listed.stdout.decode().split("\0"):
             if name and (ROOT / name).is_file():
                 (dest / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(ROOT / name, dest / name)
     else:
-        shutil.copytree(ROOT, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-            ".git", "runs", "__pycache__", "*.egg-info", "build", "dist"))
+        shutil.copytree(
+            ROOT,
+            dest,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns(
+                ".git", "runs", "__pycache__", "*.egg-info", "build", "dist"
+            ),
+        )
 
 
 def shims(folder: Path) -> Path:
     """`flatformer` and `python` as this interpreter runs them (`-m` puts the checkout first
     on the path), so the commands test this code, not whatever else is on PATH."""
     folder.mkdir()
-    for name, body in (("flatformer", f'exec {shlex.quote(sys.executable)} -m flatformer "$@"'),
-                       ("python", f'exec {shlex.quote(sys.executable)} "$@"')):
+    for name, body in (
+        ("flatformer", f'exec {shlex.quote(sys.executable)} -m flatformer "$@"'),
+        ("python", f'exec {shlex.quote(sys.executable)} "$@"'),
+    ):
         (folder / name).write_text(f"#!/bin/sh\n{body}\n")
         (folder / name).chmod(0o755)
     return folder
@@ -74,7 +87,7 @@ def shims(folder: Path) -> Path:
 def test_commands_are_found():
     commands = readme_commands(README.read_text())
     assert any(c.startswith("flatformer train") for c in commands)
-    assert runnable_parts('pip install -e . && flatformer reproduce') == ["flatformer reproduce"]
+    assert runnable_parts("pip install -e . && flatformer reproduce") == ["flatformer reproduce"]
     assert runnable_parts("ray start --head --port=6379   # on the head node") == []
     assert runnable_parts("flatformer sweep S.toml --ray HEAD:6379") == []
 
@@ -82,14 +95,23 @@ def test_commands_are_found():
 def test_readme_commands_run_verbatim(tmp_path):
     work = tmp_path / "checkout"
     fresh_checkout(work)
-    env = {**os.environ, "FLATFORMER_MAX_STEPS": MAX_STEPS,
-           "PATH": os.pathsep.join([str(shims(tmp_path / "bin")), os.environ["PATH"]]),
-           "COLUMNS": "80"}
+    env = {
+        **os.environ,
+        "FLATFORMER_MAX_STEPS": MAX_STEPS,
+        "PATH": os.pathsep.join([str(shims(tmp_path / "bin")), os.environ["PATH"]]),
+        "COLUMNS": "80",
+    }
     ran = 0
     for command in readme_commands(README.read_text()):
         for part in runnable_parts(command):
-            result = subprocess.run(["bash", "-o", "pipefail", "-c", part], cwd=work, env=env,
-                                    capture_output=True, text=True, timeout=300)
+            result = subprocess.run(
+                ["bash", "-o", "pipefail", "-c", part],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert result.returncode == 0, f"{part}\n{result.stdout}\n{result.stderr}"
             assert "Traceback" not in result.stdout + result.stderr, part
             # Nothing starts with a blank line (a progress bar stopped before it was shown).

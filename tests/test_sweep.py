@@ -15,8 +15,15 @@ import pytest
 
 from flatformer.evaluate import evaluate_run
 from flatformer.runs import load_run
-from flatformer.sweep import (connect_ray, expand, load_sweep, read_results, run_job, run_sweep,
-                              summarize)
+from flatformer.sweep import (
+    connect_ray,
+    expand,
+    load_sweep,
+    read_results,
+    run_job,
+    run_sweep,
+    summarize,
+)
 
 # 2 "tasks" (the rule on two data sets) x 2 recipes x 16 seeds, short runs to keep it fast.
 SWEEP = """
@@ -28,8 +35,12 @@ sets = [{}, {data_seed = 1}]
 steps = 300
 candidates = 1
 """
-JOBS = ["plus-last-even.paper-2d.paper", "plus-last-even.paper-2d.paper.data_seed=1",
-        "plus-last-even.paper-2d.default", "plus-last-even.paper-2d.default.data_seed=1"]
+JOBS = [
+    "plus-last-even.paper-2d.paper",
+    "plus-last-even.paper-2d.paper.data_seed=1",
+    "plus-last-even.paper-2d.default",
+    "plus-last-even.paper-2d.default.data_seed=1",
+]
 
 
 def without_time(rows):
@@ -39,8 +50,12 @@ def without_time(rows):
 def sweep(path, out, **kwargs):
     """run_sweep, also returning each job's status."""
     statuses = {}
-    rows, failed = run_sweep(path, out, progress=lambda job, result, status:
-                             statuses.__setitem__(job["name"], status), **kwargs)
+    rows, failed = run_sweep(
+        path,
+        out,
+        progress=lambda job, result, status: statuses.__setitem__(job["name"], status),
+        **kwargs,
+    )
     assert failed == []
     return rows, statuses
 
@@ -78,8 +93,9 @@ def test_rows_are_the_run_folders_final_numbers(local_sweep):
         assert run.config["data_seed"] == (1 if "data_seed=1" in row["job"] else 0)
         assert run.steps[-1] == row["steps"] == 300
         final = run.metrics[-1]
-        assert [final[k] for k in ("train_loss", "val_loss", "rule_error")] == \
-            [row[k] for k in ("train_loss", "val_loss", "rule_error")]
+        assert [final[k] for k in ("train_loss", "val_loss", "rule_error")] == [
+            row[k] for k in ("train_loss", "val_loss", "rule_error")
+        ]
     # Oracle: evaluate the final checkpoints again, one model at a time.
     for row in rows[::15]:
         again = evaluate_run(out / row["job"] / f"seed_{row['seed']}")
@@ -138,23 +154,25 @@ def listening_addresses(root: int) -> list:
             if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
                 raw = bytes.fromhex(fields[1].split(":")[0])
                 # The kernel prints each 32-bit word in host (little-endian) order.
-                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
                 addresses.append(ipaddress.ip_address(raw))
     return addresses
 
 
-def test_ray_gives_the_same_rows_and_listens_on_loopback_only(local_ray, local_sweep,
-                                                               sweep_file, tmp_path):
+def test_ray_gives_the_same_rows_and_listens_on_loopback_only(
+    local_ray, local_sweep, sweep_file, tmp_path
+):
     _, local_rows = local_sweep
     rows, statuses = sweep(sweep_file, tmp_path / "ray", ray="auto")
     addresses = listening_addresses(os.getpid())
     assert addresses  # Ray's servers were found, so the next line checks something
-    assert all(a.is_loopback or getattr(a, "ipv4_mapped", None) and a.ipv4_mapped.is_loopback
-               for a in addresses), addresses
+    assert all(
+        a.is_loopback or getattr(a, "ipv4_mapped", None) and a.ipv4_mapped.is_loopback
+        for a in addresses
+    ), addresses
     assert statuses == {name: "trained" for name in JOBS}
     assert without_time(rows) == without_time(local_rows)
-    assert without_time(read_results(tmp_path / "ray" / "results.csv")) == \
-        without_time(local_rows)
+    assert without_time(read_results(tmp_path / "ray" / "results.csv")) == without_time(local_rows)
 
 
 def alive(pid: int) -> bool:
@@ -177,9 +195,21 @@ def children(pid: int) -> set:
 
 def test_killed_sweep_finishes_only_the_missing_jobs(local_sweep, sweep_file, tmp_path):
     out = tmp_path / "killed"
-    driver = subprocess.Popen([sys.executable, "-m", "flatformer", "sweep", str(sweep_file),
-                               "--out", str(out), "--workers", "2"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flatformer",
+            "sweep",
+            str(sweep_file),
+            "--out",
+            str(out),
+            "--workers",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while not list(out.glob("*/done.json")):
         assert driver.poll() is None and time.monotonic() < deadline
@@ -203,8 +233,10 @@ def test_killed_sweep_finishes_only_the_missing_jobs(local_sweep, sweep_file, tm
 def test_a_partly_trained_job_is_resumed_not_restarted(tmp_path):
     path = tmp_path / "one.toml"
     # The default recipe's 8 candidates per seed: the resumed job has a selection behind it.
-    path.write_text('tasks = ["plus-last-even"]\nrecipes = ["default"]\nseeds = "3-5"\n'
-                    '[set]\nsteps = 300\nselect_step = 200\n')
+    path.write_text(
+        'tasks = ["plus-last-even"]\nrecipes = ["default"]\nseeds = "3-5"\n'
+        "[set]\nsteps = 300\nselect_step = 200\n"
+    )
     rows, _ = sweep(path, tmp_path / "out", workers=1)
     job = tmp_path / "out" / "plus-last-even.paper-2d.default"
     # What a kill after step 200's checkpoints leaves: no done.json, no later checkpoints.
@@ -226,12 +258,15 @@ def test_a_node_that_cannot_see_the_sweep_folder_refuses_the_job(sweep_file, tmp
     assert not (tmp_path / "elsewhere").exists()
 
 
-def test_a_ray_worker_killed_mid_job_is_retried_to_the_same_rows(local_ray, local_sweep,
-                                                                  sweep_file, tmp_path):
+def test_a_ray_worker_killed_mid_job_is_retried_to_the_same_rows(
+    local_ray, local_sweep, sweep_file, tmp_path
+):
     from flatformer.lock import holder
+
     out, outcome = tmp_path / "ray-killed", {}
-    driver = threading.Thread(target=lambda: outcome.update(result=sweep(
-        sweep_file, out, ray="auto")))
+    driver = threading.Thread(
+        target=lambda: outcome.update(result=sweep(sweep_file, out, ray="auto"))
+    )
     driver.start()
     deadline, killed = time.monotonic() + 120, None
     while killed is None:
@@ -239,8 +274,11 @@ def test_a_ray_worker_killed_mid_job_is_retried_to_the_same_rows(local_ray, loca
         for job in out.glob("*/seed_0"):
             # Mid-job: its first checkpoint after step 0 is written, its last is not.
             pid = holder(job)
-            if (pid and (job / "checkpoints/step_000100.safetensors").exists()
-                    and not (job.parent / "seed_15/checkpoints/step_000300.safetensors").exists()):
+            if (
+                pid
+                and (job / "checkpoints/step_000100.safetensors").exists()
+                and not (job.parent / "seed_15/checkpoints/step_000300.safetensors").exists()
+            ):
                 os.kill(pid, signal.SIGKILL)  # the Ray worker training this job
                 killed = job.parent.name
                 break

@@ -19,8 +19,6 @@ candidates = 1
 """
 
 
-
-
 def test_sweep_prints_a_summary_and_reruns_nothing(tmp_path):
     (tmp_path / "s.toml").write_text(GOOD)
     first = cli("sweep", tmp_path / "s.toml", "--out", tmp_path / "out", "--workers", "1")
@@ -40,19 +38,28 @@ def test_sweep_prints_a_summary_and_reruns_nothing(tmp_path):
     assert read_results(tmp_path / "out" / "results.csv") == rows
 
 
-@pytest.mark.parametrize("text, words", [
-    ("tasks = [", ["not valid TOML"]),
-    ('tasks = ["plus-last-even"]\nrecipes = ["default"]\nseeds = "0-1"\nseed = 3',
-     ["unknown key 'seed'"]),
-    ('tasks = ["no-such-task"]\nrecipes = ["default"]\nseeds = "0-1"', ["unknown task"]),
-    ('tasks = ["plus-last-even"]\nrecipes = ["nope"]\nseeds = "0-1"', ["unknown recipe"]),
-    ('tasks = ["plus-last-even"]\nrecipes = ["default"]\nseeds = "0-1"\nsets = [{lr2 = 1}]',
-     ["plus-last-even.paper-2d.default.lr2=1", "unknown key 'lr2'"]),
-    ('tasks = ["plus-last-even"]\nrecipes = ["default"]\nseeds = "3-1"', ["seeds must be"]),
-    ('tasks = ["plus-last-even"]\nrecipes = ["default"]', ["needs tasks, recipes and seeds"]),
-    ('tasks = ["plus-last-even"]\nrecipes = ["default"]\nseeds = "0-1"\nsets = [{}, {}]',
-     ["repeated"]),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("tasks = [", ["not valid TOML"]),
+        (
+            'tasks = ["plus-last-even"]\nrecipes = ["default"]\nseeds = "0-1"\nseed = 3',
+            ["unknown key 'seed'"],
+        ),
+        ('tasks = ["no-such-task"]\nrecipes = ["default"]\nseeds = "0-1"', ["unknown task"]),
+        ('tasks = ["plus-last-even"]\nrecipes = ["nope"]\nseeds = "0-1"', ["unknown recipe"]),
+        (
+            'tasks = ["plus-last-even"]\nrecipes = ["default"]\nseeds = "0-1"\nsets = [{lr2 = 1}]',
+            ["plus-last-even.paper-2d.default.lr2=1", "unknown key 'lr2'"],
+        ),
+        ('tasks = ["plus-last-even"]\nrecipes = ["default"]\nseeds = "3-1"', ["seeds must be"]),
+        ('tasks = ["plus-last-even"]\nrecipes = ["default"]', ["needs tasks, recipes and seeds"]),
+        (
+            'tasks = ["plus-last-even"]\nrecipes = ["default"]\nseeds = "0-1"\nsets = [{}, {}]',
+            ["repeated"],
+        ),
+    ],
+)
 def test_bad_sweep_files_are_refused_before_anything_runs(tmp_path, text, words):
     (tmp_path / "s.toml").write_text(text)
     with pytest.raises(FlatformerError) as info:
@@ -97,5 +104,6 @@ def test_a_folder_finished_by_a_different_job_is_refused(tmp_path):
     (tmp_path / "s.toml").write_text(GOOD)
     assert cli("sweep", tmp_path / "s.toml", "--out", tmp_path / "out").returncode == 0
     (tmp_path / "s.toml").write_text(GOOD.replace("steps = 100", "steps = 200"))
-    assert_one_line_error(cli("sweep", tmp_path / "s.toml", "--out", tmp_path / "out"),
-                          "holds a different job")
+    assert_one_line_error(
+        cli("sweep", tmp_path / "s.toml", "--out", tmp_path / "out"), "holds a different job"
+    )

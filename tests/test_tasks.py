@@ -10,7 +10,7 @@ from flatformer.analysis.report import default_prompts
 from flatformer.config import ModelConfig, preset
 from flatformer.data import TaskData, evenly_spaced
 from flatformer.evaluate import evaluate, logits_at
-from flatformer.model import Params, init_params
+from flatformer.engine.model import Params, init_params
 from flatformer.tasks import TASKS, get_task
 from flatformer.tasks.tiny_grammar import CORPUS, WORDS, TinyGrammar
 from flatformer.train import get_recipe
@@ -33,7 +33,7 @@ def test_task_is_described_and_its_example_obeys_its_rule(name):
     model = {k: v for k, v in task.defaults.items() if k in ModelConfig.__dataclass_fields__}
     get_recipe(task.default_recipe, **{k: v for k, v in task.defaults.items() if k not in model})
     cfg = preset(task.default_preset, len(task.vocab), **model)
-    assert len(task.encode(task.demo)) == cfg.n_ctx   # the demo fills the context
+    assert len(task.encode(task.demo)) == cfg.n_ctx  # the demo fills the context
     assert task.model_label().startswith(task.default_preset)
     # The docstring states the measured number the class attribute holds (modular-addition's
     # is measured by bench/grokking.py, minutes per seed).
@@ -87,6 +87,7 @@ def test_rule_on_hand_worked_prefixes(name):
 
 # ------------------------------------------------------------------------------- tiny-grammar
 
+
 def test_shipped_corpus_is_grammatical_and_uses_all_28_words():
     task = TinyGrammar()
     tokens = task.corpus()
@@ -94,7 +95,7 @@ def test_shipped_corpus_is_grammatical_and_uses_all_28_words():
     assert 200 <= len(tokens) <= 400
     assert set(tokens.tolist()) == set(range(28))
     assert task.grammatical(tokens) and task.vocab[tokens[-1]] == "."
-    for line in CORPUS.read_text().splitlines():   # one complete sentence per line
+    for line in CORPUS.read_text().splitlines():  # one complete sentence per line
         words = task.encode(line)
         assert task.grammatical(words) and words.count(27) == 1 and words[-1] == 27
 
@@ -139,7 +140,7 @@ def test_rule_error_counts_top_predictions_outside_the_allowed_set():
             start = max(held.starts[seq], pos - cfg.n_ctx)
             if held.allowed_source[pos] < start:
                 continue
-            window = held.tokens[start:start + cfg.n_ctx]
+            window = held.tokens[start : start + cfg.n_ctx]
             top = logits_at(model, window[None], np.array([pos - 1 - start]))[0, 0].argmax()
             wrong += not held.allowed[pos, top]
             total += 1
@@ -171,11 +172,11 @@ def test_corruption_changes_what_the_rule_forces(name):
     inputs, index, target = data.rule_inputs[keep], data.rule_index[keep], data.rule_targets[keep]
     made = task.corrupt(inputs, index, np.random.default_rng(0))
     if name == "tiny-grammar":
-        assert made is None        # only `.` is ever forced
+        assert made is None  # only `.` is ever forced
         return
     corrupt, new = made
     assert corrupt.shape == inputs.shape and (new != target).all()
-    assert all(task.forced_after(w[:i + 1])[0] == t for w, i, t in zip(corrupt, index, new))
+    assert all(task.forced_after(w[: i + 1])[0] == t for w, i, t in zip(corrupt, index, new))
     if task.recall is not None:
         assert ((corrupt != inputs).sum(1) == 1).all()
         assert task.recall.mask(task.vocab)[new].all()

@@ -17,22 +17,32 @@ from flatformer.tasks import get_task, task_for_run
 from flatformer.tasks.corpus import CorpusTask
 from flatformer.train import Job, get_recipe, train
 
-HTML = ("<b>the</b> cat &amp; <script>alert('x')</script> dog sat . <i>a</i> \"bird\" sang . "
-        "the <img src=x onerror=alert(1)> ran . ")
+HTML = (
+    "<b>the</b> cat &amp; <script>alert('x')</script> dog sat . <i>a</i> \"bird\" sang . "
+    "the <img src=x onerror=alert(1)> ran . "
+)
 
 
 def train_corpus(task, folder, preset_name="paper-2d", steps=300):
     """A short run of a corpus task, configured the way the command line's build_job does."""
     cfg = preset(preset_name, len(task.vocab))
     task.check_config(cfg)
-    job = Job(task, cfg, get_recipe("default", steps=steps, candidates=1), [0], [folder], 0,
-              {"preset": preset_name, "recipe_name": "default", **task.config_extra()})
+    job = Job(
+        task,
+        cfg,
+        get_recipe("default", steps=steps, candidates=1),
+        [0],
+        [folder],
+        0,
+        {"preset": preset_name, "recipe_name": "default", **task.config_extra()},
+    )
     return train(job)
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "flatformer", *map(str, args)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "flatformer", *map(str, args)], capture_output=True, text=True
+    )
 
 
 def test_a_1mb_random_binary_file_is_refused_with_one_line(tmp_path):
@@ -46,15 +56,18 @@ def test_a_1mb_random_binary_file_is_refused_with_one_line(tmp_path):
     assert "binary" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("content, tokenizer, message", [
-    (b"", "word", "is empty"),
-    (b" \n\t \n", "char", "is empty"),
-    ("caf\u00e9 ".encode("latin-1") * 50, "word", "not UTF-8"),
-    (b"plain text \x07 with a bell " * 20, "word", "control character U\\+0007"),
-    (b"too short", "word", "needs at least 120"),
-    (b"aaaa" * 100, "char", "only one distinct"),
-    (b"fine text " * 100, "bpe", "unknown tokenizer"),
-])
+@pytest.mark.parametrize(
+    "content, tokenizer, message",
+    [
+        (b"", "word", "is empty"),
+        (b" \n\t \n", "char", "is empty"),
+        ("caf\u00e9 ".encode("latin-1") * 50, "word", "not UTF-8"),
+        (b"plain text \x07 with a bell " * 20, "word", "control character U\\+0007"),
+        (b"too short", "word", "needs at least 120"),
+        (b"aaaa" * 100, "char", "only one distinct"),
+        (b"fine text " * 100, "bpe", "unknown tokenizer"),
+    ],
+)
 def test_unusable_files_are_refused(tmp_path, content, tokenizer, message):
     path = tmp_path / "corpus.txt"
     path.write_bytes(content)
@@ -67,11 +80,11 @@ def test_a_vocabulary_too_large_for_the_preset_is_refused(tmp_path):
     path = tmp_path / "words.txt"
     path.write_text(" ".join(f"w{i}" for i in range(600)))
     task = CorpusTask.from_file(path, "word")
-    task.check_config(preset("simulator-16d", 600, d_model=32))   # 32 x 32 = 1,024 fit
+    task.check_config(preset("simulator-16d", 600, d_model=32))  # 32 x 32 = 1,024 fit
     for name, limit in (("paper-2d", 64), ("simulator-16d", 512)):
         with pytest.raises(FlatformerError, match=f"takes at most {limit}.*--tokenizer char"):
             task.check_config(preset(name, 600))
-    assert len(CorpusTask.from_file(path, "char").vocab) == 12   # w, 0-9 and the space
+    assert len(CorpusTask.from_file(path, "char").vocab) == 12  # w, 0-9 and the space
 
 
 def test_html_corpus_trains_and_every_reader_rebuilds_its_task(tmp_path):
@@ -81,7 +94,7 @@ def test_html_corpus_trains_and_every_reader_rebuilds_its_task(tmp_path):
     assert "<script>alert('x')</script>" in task.vocab and "<img" in task.vocab
     train_corpus(task, tmp_path / "run", "simulator-16d", steps=400)
     moved = tmp_path / "elsewhere"
-    shutil.move(tmp_path / "run", moved)   # the config carries the text: no path to break
+    shutil.move(tmp_path / "run", moved)  # the config carries the text: no path to break
     path.unlink()
     run = load_run(moved)
     assert run.config["task"] == "corpus" and run.config["corpus"]["text"] == HTML * 12
@@ -93,7 +106,8 @@ def test_html_corpus_trains_and_every_reader_rebuilds_its_task(tmp_path):
     steps = generate(run.model(), rebuilt.encode("<b>the</b> cat"), 5, greedy=True)
     assert len(rebuilt.decode([s.token for s in steps]).split()) == 5
     from flatformer.explorer import render_html
-    page = render_html(moved)   # the words travel as JSON inside a script: no raw tag survives
+
+    page = render_html(moved)  # the words travel as JSON inside a script: no raw tag survives
     assert "<script>alert(" not in page and "<img" not in page and "<b>the" not in page
 
 
@@ -116,19 +130,22 @@ def test_a_corpus_rule_counts_word_pairs_the_training_text_never_has():
     a, b, c, d = (task.vocab.index(w) for w in "abcd")
     mask, source = task.allowed(np.array([a, b, c]))
     assert source.tolist() == [-1, 0, 1]
-    assert np.flatnonzero(mask[2]).tolist() == sorted([c, d])   # after b: c or d, nothing else
+    assert np.flatnonzero(mask[2]).tolist() == sorted([c, d])  # after b: c or d, nothing else
 
 
 def test_the_corpus_task_is_named_but_not_registered(tmp_path):
     with pytest.raises(FlatformerError, match="--corpus FILE"):
         get_task("corpus")
-    config = {"task": "corpus", "vocab": ["x", "y"],
-              "corpus": {"file": "f", "tokenizer": "word", "text": "a b c . " * 40}}
+    config = {
+        "task": "corpus",
+        "vocab": ["x", "y"],
+        "corpus": {"file": "f", "tokenizer": "word", "text": "a b c . " * 40},
+    }
     with pytest.raises(FlatformerError, match="does not match"):
         task_for_run(config)
     with pytest.raises(FlatformerError, match="holds no corpus text"):
         task_for_run({"task": "corpus", "vocab": ["x"]})
-    json.dumps(CorpusTask("a b c . " * 40, "word").config_extra())   # plain JSON
+    json.dumps(CorpusTask("a b c . " * 40, "word").config_extra())  # plain JSON
 
 
 def test_train_refuses_a_binary_corpus_in_one_line(tmp_path):

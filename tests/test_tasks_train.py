@@ -8,7 +8,7 @@ import pytest
 
 from flatformer.analysis.sampling import generate
 from flatformer.jobs import build_job
-from flatformer.model import Params, cross_entropy, forward
+from flatformer.engine.model import Params, cross_entropy, forward
 from flatformer.runs import load_run
 from flatformer.tasks import TASKS, get_task
 from flatformer.train import train
@@ -22,8 +22,9 @@ def trained(name, tmp_path_factory):
         task = get_task(name)
         # the task's defaults, as build_job applies them under the user's --set
         defaults = [f"{k}={json.dumps(v)}" for k, v in task.defaults.items()]
-        job, folder = build_job(name, None, "default", 0, "0-3",
-                                tmp_path_factory.mktemp(name) / "runs", defaults)
+        job, folder = build_job(
+            name, None, "default", 0, "0-3", tmp_path_factory.mktemp(name) / "runs", defaults
+        )
         TRAINED[name] = (train(job), folder)
     return TRAINED[name]
 
@@ -56,4 +57,4 @@ def test_tiny_grammar_memorises_its_corpus_and_greedy_text_is_grammatical(tmp_pa
     steps = generate(run.model(), prompt, 30, greedy=True)
     text = prompt + [s.token for s in steps]
     assert task.grammatical(text), task.decode(text)
-    assert task.decode(text).count(" . ") >= 2   # whole sentences, not a stall
+    assert task.decode(text).count(" . ") >= 2  # whole sentences, not a stall

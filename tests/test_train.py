@@ -15,18 +15,20 @@ from flatformer.bridge import TorchTransformer
 from flatformer.config import preset
 from flatformer.data import TaskData
 from flatformer.errors import FlatformerError
-from flatformer.runs import checkpoint_bytes as file_bytes
-from flatformer.runs import load_run, read_checkpoint
+from flatformer.checkpoints import checkpoint_bytes as file_bytes
+from flatformer.checkpoints import read_checkpoint
+from flatformer.jobs import Job
+from flatformer.recipes import get_recipe
+from flatformer.runs import load_run
 from flatformer.tasks import get_task
-from flatformer.train import Job, Trainer, batch_indices, get_recipe, train
+from flatformer.train import Trainer, batch_indices, train
 
 TASK = get_task("plus-last-even")
 
 
 def job(tmp_path, recipe="default", seeds=(0,), name="run", **overrides):
     cfg = preset("paper-2d", 12)
-    dirs = [tmp_path / name] if len(seeds) == 1 else [tmp_path / name / f"seed_{s}"
-                                                      for s in seeds]
+    dirs = [tmp_path / name] if len(seeds) == 1 else [tmp_path / name / f"seed_{s}" for s in seeds]
     return Job(TASK, cfg, get_recipe(recipe, **overrides), list(seeds), dirs)
 
 
@@ -37,26 +39,33 @@ def test_training_matches_torch_adamw_for_200_steps(recipe):
     data = TaskData.build(TASK, cfg.n_ctx)
     trainer = Trainer(Job(TASK, cfg, r, [5], [None]), data)
     oracle = TorchTransformer(cfg, trainer.params.seed(0))
-    opt = torch.optim.AdamW(oracle.parameters(), lr=r.lr, betas=r.betas, eps=r.eps,
-                            weight_decay=r.weight_decay)
+    opt = torch.optim.AdamW(
+        oracle.parameters(), lr=r.lr, betas=r.betas, eps=r.eps, weight_decay=r.weight_decay
+    )
     batches = batch_indices(5, 0, 0, len(data.train_starts), r.batch_size)
     for step in range(200):
         trainer.train_step()
-        inputs, targets, weights = data.train.windows(data.train_starts[batches[step]],
-                                                      cfg.n_ctx, r.drop_unseen)
+        inputs, targets, weights = data.train.windows(
+            data.train_starts[batches[step]], cfg.n_ctx, r.drop_unseen
+        )
         for group in opt.param_groups:
             group["lr"] = r.lr_at(step)
         opt.zero_grad()
         logits = oracle(torch.tensor(inputs))
-        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, 12),
-                                                torch.tensor(targets).reshape(-1),
-                                                reduction="none")
+        nll = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, 12), torch.tensor(targets).reshape(-1), reduction="none"
+        )
         w = torch.tensor(weights).reshape(-1)
         ((nll * w).sum() / w.sum()).backward()
         opt.step()
     for name in cfg.param_shapes():
-        np.testing.assert_allclose(trainer.params[name][0], oracle.p(name).detach().numpy(),
-                                   atol=1e-9, rtol=0, err_msg=name)
+        np.testing.assert_allclose(
+            trainer.params[name][0],
+            oracle.p(name).detach().numpy(),
+            atol=1e-9,
+            rtol=0,
+            err_msg=name,
+        )
 
 
 def checkpoint_bytes(folder):
@@ -68,32 +77,39 @@ def test_same_seed_twice_gives_byte_identical_checkpoints(tmp_path):
         train(job(tmp_path, name=name, steps=600, select_step=200))
     a, b = checkpoint_bytes(tmp_path / "a"), checkpoint_bytes(tmp_path / "b")
     assert len(a) == 7 and a == b
-    assert (tmp_path / "a/metrics.jsonl").read_bytes() == (tmp_path / "b/metrics.jsonl").read_bytes()
+    assert (tmp_path / "a/metrics.jsonl").read_bytes() == (
+        tmp_path / "b/metrics.jsonl"
+    ).read_bytes()
 
 
 def test_each_batched_seed_matches_the_seed_trained_alone(tmp_path):
     together = train(job(tmp_path, seeds=(3, 4, 5), name="many", steps=600, select_step=200))
     alone = train(job(tmp_path, seeds=(4,), name="alone", steps=600, select_step=200))
     assert together.members[1][0] == 4
-    np.testing.assert_allclose(together.params.seed(1)["embed.W_E"],
-                               alone.params.seed(0)["embed.W_E"], atol=1e-12, rtol=0)
+    np.testing.assert_allclose(
+        together.params.seed(1)["embed.W_E"], alone.params.seed(0)["embed.W_E"], atol=1e-12, rtol=0
+    )
     for name in together.job.cfg.param_shapes():
-        np.testing.assert_allclose(together.params[name][1], alone.params[name][0],
-                                   atol=1e-12, rtol=0)
+        np.testing.assert_allclose(
+            together.params[name][1], alone.params[name][0], atol=1e-12, rtol=0
+        )
     assert load_run(tmp_path / "many/seed_4").steps == load_run(tmp_path / "alone").steps
 
 
 def run_cli(*args, **kwargs):
-    return subprocess.run([sys.executable, "-m", "flatformer", *args], capture_output=True,
-                          text=True, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "flatformer", *args], capture_output=True, text=True, **kwargs
+    )
 
 
 def test_a_killed_run_resumes_to_byte_identical_checkpoints(tmp_path):
     args = ["train", "plus-last-even", "--steps", "4000"]
     assert run_cli(*args, "--out", str(tmp_path / "whole")).returncode == 0
-    proc = subprocess.Popen([sys.executable, "-m", "flatformer", *args, "--out",
-                             str(tmp_path / "killed")], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flatformer", *args, "--out", str(tmp_path / "killed")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     target = tmp_path / "killed/checkpoints/step_002700.safetensors"
     deadline = time.time() + 120
     while not target.exists() and time.time() < deadline and proc.poll() is None:
@@ -105,8 +121,20 @@ def test_a_killed_run_resumes_to_byte_identical_checkpoints(tmp_path):
     resumed = run_cli(*args, "--out", str(tmp_path / "killed"), "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert checkpoint_bytes(tmp_path / "killed") == checkpoint_bytes(tmp_path / "whole")
-    assert ((tmp_path / "killed/metrics.jsonl").read_text()
-            == (tmp_path / "whole/metrics.jsonl").read_text())
+    assert (tmp_path / "killed/metrics.jsonl").read_text() == (
+        tmp_path / "whole/metrics.jsonl"
+    ).read_text()
+
+
+def test_a_resumed_run_clears_what_a_killed_write_left(tmp_path):
+    # A kill between atomic_write's open and its rename leaves its temporary file behind.
+    train(job(tmp_path, recipe="paper", steps=200))
+    stray = tmp_path / "run/checkpoints/step_000300.safetensors.0123456789ab.tmp"
+    stray.write_bytes(b"half a checkpoint")
+    someone_elses = tmp_path / "run/checkpoints/notes.tmp"
+    someone_elses.write_text("not ours")
+    train(job(tmp_path, recipe="paper", steps=200), resume=True)
+    assert not stray.exists() and someone_elses.exists()
 
 
 def test_rerunning_into_a_finished_run_asks_for_resume(tmp_path):
@@ -131,8 +159,9 @@ def test_metrics_and_config_describe_the_run(tmp_path):
     trainer = train(job(tmp_path, recipe="paper", steps=400))
     run = load_run(tmp_path / "run")
     # Checkpoints are built for all seeds at once: the bytes of the one-seed definition.
-    assert ((tmp_path / "run/checkpoints/step_000400.safetensors").read_bytes()
-            == file_bytes(*trainer.state(0)))
+    assert (tmp_path / "run/checkpoints/step_000400.safetensors").read_bytes() == file_bytes(
+        *trainer.state(0)
+    )
     assert [m["step"] for m in run.metrics] == [0, 200, 400]
     assert {"step", "train_loss", "val_loss", "rule_error"} <= set(run.metrics[0])
     assert run.steps == [0, 100, 200, 300, 400]

@@ -33,12 +33,13 @@ from .geometry import ladder, separation
 
 # ---- the measures ---------------------------------------------------------------------------
 
+
 def class_separation(points_by_class: dict[str, np.ndarray]) -> dict[str, dict]:
     """For every pair of classes {"a / b": {"separable", "gap"}} (see geometry.separation)."""
     names = list(points_by_class)
     result = {}
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             result[f"{a} / {b}"] = separation(points_by_class[a], points_by_class[b])
     return result
 
@@ -51,7 +52,7 @@ def position_ladder(model: Transformer) -> dict:
 def query_separation(model: Transformer, marker: int, head: int = 0) -> dict:
     """Are the marker's queries (at every position) linearly separable from every other token's
     queries in layer 0? {"separable", "gap"}."""
-    q = projections(model).q[:, :, head]                                   # (V, T, dh)
+    q = projections(model).q[:, :, head]  # (V, T, dh)
     others = np.delete(q, marker, axis=0).reshape(-1, q.shape[-1])
     return separation(q[marker], others)
 
@@ -61,8 +62,9 @@ def _cache(model: Transformer, inputs, cache: dict | None) -> dict:
     return model.run_with_cache(inputs)[1] if cache is None else cache
 
 
-def retrieval(model: Transformer, inputs, index, wanted: np.ndarray,
-              cache: dict | None = None) -> dict[tuple, float]:
+def retrieval(
+    model: Transformer, inputs, index, wanted: np.ndarray, cache: dict | None = None
+) -> dict[tuple, float]:
     """{(layer, head): fraction of windows whose attention row at `index` puts its largest weight
     on the most recent `wanted` token before it}."""
     cache = _cache(model, inputs, cache)
@@ -70,8 +72,8 @@ def retrieval(model: Transformer, inputs, index, wanted: np.ndarray,
     rows = np.arange(len(inputs))
     result = {}
     for layer in range(model.cfg.n_layers):
-        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]               # (B, H, T, T)
-        share = retrieval_share(pattern[rows, :, index], source)            # (H,)
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]  # (B, H, T, T)
+        share = retrieval_share(pattern[rows, :, index], source)  # (H,)
         result.update({(layer, h): float(share[h]) for h in range(model.cfg.n_heads)})
     return result
 
@@ -83,32 +85,47 @@ def retrieval_share(weights: np.ndarray, source: np.ndarray) -> np.ndarray:
     return (weights.argmax(-1) == source[:, None]).mean(-2)
 
 
-def recency(model: Transformer, inputs, index, wanted: np.ndarray, layer: int = 0,
-            head: int = 0, cache: dict | None = None) -> float:
+def recency(
+    model: Transformer,
+    inputs,
+    index,
+    wanted: np.ndarray,
+    layer: int = 0,
+    head: int = 0,
+    cache: dict | None = None,
+) -> float:
     """Over every pair of `wanted` tokens before each window's `index`, the fraction where the
     later one gets the higher attention score from the query at `index` (`recency_share`)."""
     cache = _cache(model, inputs, cache)
-    scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][:, head]        # (B, T, T)
-    rows = scores[np.arange(len(inputs)), index]                           # (B, T)
+    scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][:, head]  # (B, T, T)
+    rows = scores[np.arange(len(inputs)), index]  # (B, T)
     return float(recency_share(rows[None], inputs, index, wanted)[0])
 
 
-def recency_share(scores: np.ndarray, inputs: np.ndarray, index: np.ndarray,
-                  wanted: np.ndarray) -> np.ndarray:
+def recency_share(
+    scores: np.ndarray, inputs: np.ndarray, index: np.ndarray, wanted: np.ndarray
+) -> np.ndarray:
     """Recency for many models at once: scores (S, B, T) are each model's attention-score row
     at each window's `index`; per model, the fraction of pairs of `wanted` tokens before
     `index` whose later member scores higher. NaN when no window holds a pair."""
     T = inputs.shape[1]
-    before = (np.arange(T)[None] < index[:, None]) & wanted[inputs]               # (B, T)
+    before = (np.arange(T)[None] < index[:, None]) & wanted[inputs]  # (B, T)
     pairs = before[:, :, None] & before[:, None, :] & np.triu(np.ones((T, T), bool), 1)
-    later_higher = scores[:, :, None, :] > scores[:, :, :, None]                 # [u, w]: w > u
+    later_higher = scores[:, :, None, :] > scores[:, :, :, None]  # [u, w]: w > u
     total = int(pairs.sum())
     wins = (later_higher & pairs).sum((1, 2, 3))
     return wins / total if total else np.full(len(scores), np.nan)
 
 
-def production(model: Transformer, inputs, index, wanted: np.ndarray, layer: int = 0,
-               head: int = 0, cache: dict | None = None) -> np.ndarray:
+def production(
+    model: Transformer,
+    inputs,
+    index,
+    wanted: np.ndarray,
+    layer: int = 0,
+    head: int = 0,
+    cache: dict | None = None,
+) -> np.ndarray:
     """Per window, the cosine similarity between what `head` writes to the stream at `index`
     and what it would write for the target's own value vector (the head's v at the source
     position), both through W_O (or into the head's slice without W_O). 1 means the attention
@@ -117,10 +134,10 @@ def production(model: Transformer, inputs, index, wanted: np.ndarray, layer: int
     cache = _cache(model, inputs, cache)
     rows = np.arange(len(inputs))
     source = recall_sources(inputs, index, wanted)
-    z = cache[f"blocks.{layer}.attn.hook_z"][rows, index]                   # (B, H, dh)
-    v = cache[f"blocks.{layer}.attn.hook_v"][rows, source]                  # (B, H, dh)
+    z = cache[f"blocks.{layer}.attn.hook_z"][rows, index]  # (B, H, dh)
+    v = cache[f"blocks.{layer}.attn.hook_v"][rows, source]  # (B, H, dh)
     W_O = t[f"blocks.{layer}.attn.W_O"] if cfg.attn_out else None
-    z, v = (write_heads(cfg, x, W_O)[:, head] for x in (z, v))              # (B, d)
+    z, v = (write_heads(cfg, x, W_O)[:, head] for x in (z, v))  # (B, d)
     norms = np.linalg.norm(z, axis=1) * np.linalg.norm(v, axis=1)
     return (z * v).sum(1) / np.where(norms > 0, norms, 1.0)
 
@@ -139,6 +156,7 @@ def nudge(model: Transformer, inputs, index, targets) -> dict:
 
 
 # ---- checks a task can declare -----------------------------------------------------------------
+
 
 @dataclass
 class Context:
@@ -165,28 +183,45 @@ def recall_checks(roles: Recall) -> Callable:
         wanted_mask = roles.mask(vocab)
         data = ctx.data
         # The windows whose prediction follows the marker and is forced (a recall to measure).
-        keep = (data.rule_targets >= 0) & (data.rule_inputs[np.arange(len(data.rule_index)),
-                                                            data.rule_index] == m)
-        inputs, index, targets = (data.rule_inputs[keep], data.rule_index[keep],
-                                  data.rule_targets[keep])
+        keep = (data.rule_targets >= 0) & (
+            data.rule_inputs[np.arange(len(data.rule_index)), data.rule_index] == m
+        )
+        inputs, index, targets = (
+            data.rule_inputs[keep],
+            data.rule_index[keep],
+            data.rule_targets[keep],
+        )
         W_E, e = model.tensors["embed.W_E"], combined_points(model)
         d = model.cfg.d_model
         rows = []
-        for label, points in (("token embeddings", lambda ids: W_E[ids]),
-                              ("token + position embeddings",
-                               lambda ids: e[ids].reshape(-1, d))):
-            pairs = class_separation({names[0]: points(want_ids), names[1]: points(other_ids),
-                                      names[2]: points([m])})
+        for label, points in (
+            ("token embeddings", lambda ids: W_E[ids]),
+            ("token + position embeddings", lambda ids: e[ids].reshape(-1, d)),
+        ):
+            pairs = class_separation(
+                {names[0]: points(want_ids), names[1]: points(other_ids), names[2]: points([m])}
+            )
             n_sep = sum(p["separable"] for p in pairs.values())
             smallest = min(p["gap"] for p in pairs.values())
-            rows.append(row("1 encode", f"{' / '.join(names)} {label}: pairs linearly separable",
-                            n_sep / len(pairs),
-                            f"{n_sep} of {len(pairs)} (smallest gap {smallest:.2f} of spread)"))
+            rows.append(
+                row(
+                    "1 encode",
+                    f"{' / '.join(names)} {label}: pairs linearly separable",
+                    n_sep / len(pairs),
+                    f"{n_sep} of {len(pairs)} (smallest gap {smallest:.2f} of spread)",
+                )
+            )
         lad = position_ladder(model)
-        rows.append(row("1 encode", "positions in order along the ladder's axis (rank corr.)",
-                        lad["rho"], f"{lad['rho']:.2f}; {lad['steps_in_order']} of "
-                        f"{len(lad['along']) - 1} steps in order; the axis holds "
-                        f"{lad['axis_share']:.0%} of the variance"))
+        rows.append(
+            row(
+                "1 encode",
+                "positions in order along the ladder's axis (rank corr.)",
+                lad["rho"],
+                f"{lad['rho']:.2f}; {lad['steps_in_order']} of "
+                f"{len(lad['along']) - 1} steps in order; the axis holds "
+                f"{lad['axis_share']:.0%} of the variance",
+            )
+        )
         if not len(targets):
             return rows
         cache = model.run_with_cache(inputs)[1]
@@ -195,26 +230,59 @@ def recall_checks(roles: Recall) -> Callable:
         where = f"head {layer}.{head}"
         if layer == 0:
             qs = query_separation(model, m, head)
-            rows.append(row("2 detect", f"{marker} queries separable from the other queries "
-                            f"({where})", qs["gap"],
-                            f"{'yes' if qs['separable'] else 'no'} "
-                            f"(gap {qs['gap']:.2f} of spread)"))
-        rows.append(row("3 retrieve", f"{marker} rows with top weight on the most recent "
-                        f"{names[0]} ({where})", found[(layer, head)],
-                        f"{found[(layer, head)]:.1%} of {len(targets)}"))
+            rows.append(
+                row(
+                    "2 detect",
+                    f"{marker} queries separable from the other queries ({where})",
+                    qs["gap"],
+                    f"{'yes' if qs['separable'] else 'no'} (gap {qs['gap']:.2f} of spread)",
+                )
+            )
+        rows.append(
+            row(
+                "3 retrieve",
+                f"{marker} rows with top weight on the most recent {names[0]} ({where})",
+                found[(layer, head)],
+                f"{found[(layer, head)]:.1%} of {len(targets)}",
+            )
+        )
         rec = recency(model, inputs, index, wanted_mask, layer, head, cache)
-        rows.append(row("3 retrieve", f"a later {names[0]} outscores an earlier one",
-                        rec, f"{rec:.1%} of pairs"))
+        rows.append(
+            row(
+                "3 retrieve",
+                f"a later {names[0]} outscores an earlier one",
+                rec,
+                f"{rec:.1%} of pairs",
+            )
+        )
         cos = production(model, inputs, index, wanted_mask, layer, head, cache)
-        rows.append(row("4 produce", f"cos(head output, target's value) ({where})",
-                        float(cos.mean()), f"mean {cos.mean():.3f}, min {cos.min():.3f}"))
+        rows.append(
+            row(
+                "4 produce",
+                f"cos(head output, target's value) ({where})",
+                float(cos.mean()),
+                f"mean {cos.mean():.3f}, min {cos.min():.3f}",
+            )
+        )
         nd = nudge(model, inputs, index, targets)
-        rows.append(row("5 nudge", "z lands in the target's zone",
-                        nd["with_attention"], f"{nd['with_attention']:.1%} "
-                        f"(rule error {1 - nd['with_attention']:.1%})"))
-        rows.append(row("5 nudge", "... without attention (z = e)", nd["without_attention"],
-                        f"{nd['without_attention']:.1%}"))
+        rows.append(
+            row(
+                "5 nudge",
+                "z lands in the target's zone",
+                nd["with_attention"],
+                f"{nd['with_attention']:.1%} (rule error {1 - nd['with_attention']:.1%})",
+            )
+        )
+        rows.append(
+            row(
+                "5 nudge",
+                "... without attention (z = e)",
+                nd["without_attention"],
+                f"{nd['without_attention']:.1%}",
+            )
+        )
         return rows
+
     return checks
 
 

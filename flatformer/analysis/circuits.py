@@ -18,21 +18,31 @@ from ..transformer import Transformer
 
 @dataclass
 class HeadCircuits:
+    """One head's QK and OV matrices and their singular values.
+
+    Examples:
+        >>> head = head_circuits(model)[0]                    # doctest: +SKIP
+        >>> head.QK.shape, head.qk_mass(1)                    # doctest: +SKIP
+        ((2, 2), 0.79)
+    """
+
     layer: int
     head: int
-    QK: np.ndarray          # (d, d)
-    OV: np.ndarray          # (d, d), or (d, d_head) without W_O
+    QK: np.ndarray  # (d, d)
+    OV: np.ndarray  # (d, d), or (d, d_head) without W_O
     qk_singular: np.ndarray  # descending, length min(shape) of QK
     ov_singular: np.ndarray
 
     def qk_mass(self, k: int) -> float:
+        """Share of QK's squared singular values in its top `k` (`top_k_mass`)."""
         return top_k_mass(self.qk_singular, k)
 
     def ov_mass(self, k: int) -> float:
+        """Share of OV's squared singular values in its top `k` (`top_k_mass`)."""
         return top_k_mass(self.ov_singular, k)
 
 
-TOP_K = 3   # the default k of the top-k share: `flatformer analyze --k` and the explorer page
+TOP_K = 3  # the default k of the top-k share: `flatformer analyze --k` and the explorer page
 
 
 def top_k_mass(singular: np.ndarray, k: int) -> float:
@@ -51,8 +61,16 @@ def head_circuits(model: Transformer) -> list[HeadCircuits]:
         for h in range(cfg.n_heads):
             QK = t[b + "W_Q"][h] @ t[b + "W_K"][h].T
             OV = t[b + "W_V"][h] @ t[b + "W_O"][h] if cfg.attn_out else t[b + "W_V"][h].copy()
-            heads.append(HeadCircuits(layer, h, QK, OV, np.linalg.svd(QK, compute_uv=False),
-                                      np.linalg.svd(OV, compute_uv=False)))
+            heads.append(
+                HeadCircuits(
+                    layer,
+                    h,
+                    QK,
+                    OV,
+                    np.linalg.svd(QK, compute_uv=False),
+                    np.linalg.svd(OV, compute_uv=False),
+                )
+            )
     return heads
 
 
@@ -63,8 +81,15 @@ def circuit_table(model: Transformer, k: int = TOP_K) -> list[dict]:
     rank = model.cfg.d_head
     k = min(k, rank)  # "top 3" of a rank-2 matrix would read as a third direction
     for c in head_circuits(model):
-        rows.append({"layer": c.layer, "head": c.head, "k": k,
-                     "qk_singular": c.qk_singular[:rank].tolist(),
-                     "ov_singular": c.ov_singular[:rank].tolist(),
-                     "qk_mass": c.qk_mass(k), "ov_mass": c.ov_mass(k)})
+        rows.append(
+            {
+                "layer": c.layer,
+                "head": c.head,
+                "k": k,
+                "qk_singular": c.qk_singular[:rank].tolist(),
+                "ov_singular": c.ov_singular[:rank].tolist(),
+                "qk_mass": c.qk_mass(k),
+                "ov_mass": c.ov_mass(k),
+            }
+        )
     return rows

@@ -43,7 +43,7 @@ def min_norm_point(points: np.ndarray, max_iter: int = 10_000) -> np.ndarray:
         dots = P @ x
         j = int(np.argmin(dots))
         if x @ x - dots[j] <= TOL * scale or j in S:
-            return x                                  # no point improves on x: optimal
+            return x  # no point improves on x: optimal
         S.append(j)
         lam = np.append(lam, 0.0)
         for _ in range(len(S) + 1):
@@ -100,8 +100,12 @@ def ladder(points: np.ndarray) -> dict:
     index = np.arange(len(X), dtype=float)
     rho = float(np.corrcoef(index, ranks)[0, 1]) if len(X) > 1 else 1.0
     steps = np.diff(along)
-    total = float((s ** 2).sum())
+    total = float((s**2).sum())
     in_order = max(int((steps > 0).sum()), int((steps < 0).sum()))
-    return {"rho": abs(rho), "monotone": in_order == len(steps), "steps_in_order": in_order,
-            "axis_share": float(s[0] ** 2 / total) if total > 0 else 1.0,
-            "along": along.tolist()}
+    return {
+        "rho": abs(rho),
+        "monotone": in_order == len(steps),
+        "steps_in_order": in_order,
+        "axis_share": float(s[0] ** 2 / total) if total > 0 else 1.0,
+        "along": along.tolist(),
+    }

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..evaluate import logits_at
-from ..model import Params, backward, forward
+from ..engine.model import Params, backward, forward
 
-KEY_SHARE = 0.9      # key frequencies: the fewest holding this share of W_L's energy
-CLOCK_ABOVE = 0.4    # Zhong et al.: distance irrelevance 0-0.4 is pizza, 0.4-1 clock
+KEY_SHARE = 0.9  # key frequencies: the fewest holding this share of W_L's energy
+CLOCK_ABOVE = 0.4  # Zhong et al.: distance irrelevance 0-0.4 is pizza, 0.4-1 clock
 
 
 def fourier_basis(p: int) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +120,7 @@ def key_frequencies(weights, p: int, share: float = KEY_SHARE) -> list[int]:
     energy = spectrum(neuron_logit_map(weights, p).T)[1:] ** 2
     order = np.argsort(-energy, kind="stable")
     held = np.cumsum(energy[order]) / max(energy.sum(), 1e-300)
-    return sorted(int(k) + 1 for k in order[:int(np.searchsorted(held, share)) + 1])
+    return sorted(int(k) + 1 for k in order[: int(np.searchsorted(held, share)) + 1])
 
 
 def restricted_logits(logits: np.ndarray, p: int, freqs) -> np.ndarray:
@@ -184,9 +184,11 @@ def phases(steps, train_accuracy, test_loss, test_accuracy) -> dict:
     memorised = int(steps[done[0]]) if len(done) else None
     after = memorised if memorised is not None else int(steps[-1]) + 1
     finished = np.asarray(test_accuracy)[-1] >= 0.99
-    return {"memorisation": memorised,
-            "circuit_formation": falls_at(steps, np.asarray(test_loss), after, 0.1),
-            "cleanup": falls_at(steps, np.asarray(test_loss), after, 0.9) if finished else None}
+    return {
+        "memorisation": memorised,
+        "circuit_formation": falls_at(steps, np.asarray(test_loss), after, 0.1),
+        "cleanup": falls_at(steps, np.asarray(test_loss), after, 0.9) if finished else None,
+    }
 
 
 def input_gradients(params: Params, a, b, c) -> np.ndarray:
@@ -194,7 +196,7 @@ def input_gradients(params: Params, a, b, c) -> np.ndarray:
     to the input vectors at the positions of a and of b: (n, 2, d_model), one-seed `params`."""
     a, b, c = (np.asarray(v) for v in (a, b, c))
     n, p = len(a), params.cfg.d_vocab - 1
-    many = Params.stack(params.cfg, [params.seed(0)] * n)     # one input per model
+    many = Params.stack(params.cfg, [params.seed(0)] * n)  # one input per model
     logits, cache = forward(many, np.stack([a, b, np.full(n, p)], 1)[:, None])
     dlogits = np.zeros(logits.shape)
     dlogits[np.arange(n), 0, 2, c] = 1.0
@@ -237,8 +239,11 @@ def algorithm(params: Params, logits: np.ndarray, p: int) -> dict:
     q = distance_irrelevance(logits, p)
     right = (logits[:, :p].argmax(-1) == all_pairs(p)[:, :2].sum(1) % p).mean()
     name = "none" if right < 0.99 else "clock" if q >= CLOCK_ABOVE else "pizza"
-    return {"gradient_symmetricity": gradient_symmetricity(params, p),
-            "distance_irrelevance": q, "name": name}
+    return {
+        "gradient_symmetricity": gradient_symmetricity(params, p),
+        "distance_irrelevance": q,
+        "name": name,
+    }
 
 
 def progress(run, steps: list[int] | None = None) -> dict:
@@ -252,7 +257,7 @@ def progress(run, steps: list[int] | None = None) -> dict:
     p = task.p
     steps = list(run.steps if steps is None else steps)
     params = Params.stack(run.cfg, [run.weights(s) for s in steps])
-    logits = pair_logits(params, p)                                          # (C, p^2, V)
+    logits = pair_logits(params, p)  # (C, p^2, V)
     targets = (all_pairs(p)[:, 0] + all_pairs(p)[:, 1]) % p
     train, test = task.pairs(run.config.get("data_seed", 0))
     keys = key_frequencies(run.weights(steps[-1]), p)
@@ -260,24 +265,30 @@ def progress(run, steps: list[int] | None = None) -> dict:
     final = Params.stack(run.cfg, [params.seed(len(steps) - 1)])
     spectra = np.array([spectrum(params["embed.W_E"][i, :p]) for i in range(len(steps))])
     result = {
-        "p": p, "steps": steps,
+        "p": p,
+        "steps": steps,
         "train_loss": losses(logits[:, train], targets[train]).tolist(),
         "test_loss": losses(logits[:, test], targets[test]).tolist(),
         "train_accuracy": correct[:, train].mean(1).tolist(),
         "test_accuracy": correct[:, test].mean(1).tolist(),
         "restricted_loss": losses(restricted_logits(logits, p, keys), targets).tolist(),
-        "excluded_loss": losses(excluded_logits(logits, p, keys)[:, train],
-                                targets[train]).tolist(),
-        "weight_norm": sum((view.reshape(len(steps), -1) ** 2).sum(1)
-                           for view in params.views.values()).tolist(),
+        "excluded_loss": losses(
+            excluded_logits(logits, p, keys)[:, train], targets[train]
+        ).tolist(),
+        "weight_norm": sum(
+            (view.reshape(len(steps), -1) ** 2).sum(1) for view in params.views.values()
+        ).tolist(),
         "embedding_spectrum": spectra.tolist(),
         "key_frequencies": keys,
         "key_share": float((spectra[-1, keys] ** 2).sum() / (spectra[-1] ** 2).sum()),
     }
-    result["phases"] = phases(steps, result["train_accuracy"], result["test_loss"],
-                              result["test_accuracy"])
+    result["phases"] = phases(
+        steps, result["train_accuracy"], result["test_loss"], result["test_accuracy"]
+    )
     after = result["phases"]["memorisation"] or steps[-1] + 1
-    result["falls"] = {name: halved_at(np.array(steps), np.array(result[name]), after)
-                       for name in ("restricted_loss", "test_loss")}
+    result["falls"] = {
+        name: halved_at(np.array(steps), np.array(result[name]), after)
+        for name in ("restricted_loss", "test_loss")
+    }
     result["algorithm"] = algorithm(final, logits[-1], p)
     return result

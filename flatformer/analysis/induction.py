@@ -68,7 +68,7 @@ def attention_scores(model: Transformer, tokens: np.ndarray | None = None):
     i = np.arange(T)
     prev, prefix = [], []
     for layer in range(model.cfg.n_layers):
-        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]           # (B, H, T, T)
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]  # (B, H, T, T)
         prev.append(pattern[:, :, i[1:], i[1:] - 1].mean((0, 2)))
         prefix.append(pattern[:, :, i[n:], i[n:] - n + 1].mean((0, 2)))
     return np.array(prev), np.array(prefix)
@@ -84,10 +84,10 @@ def head_weights(cfg: ModelConfig, t: dict, layer: int, h: int):
         W_O = t[b + "attn.W_O"][h]
     else:
         W_O = np.zeros((dh, d))
-        W_O[:, h * dh:(h + 1) * dh] = np.eye(dh)
+        W_O[:, h * dh : (h + 1) * dh] = np.eye(dh)
     read = np.eye(d)
     if cfg.normalization == "pre_ln":
-        read = (np.eye(d) - 1.0 / d) * t[b + "ln1.w"]      # centre, then the gain: C diag(w)
+        read = (np.eye(d) - 1.0 / d) * t[b + "ln1.w"]  # centre, then the gain: C diag(w)
     return tuple(read @ t[b + f"attn.W_{w}"][h] for w in "QKV") + (W_O,)
 
 
@@ -101,8 +101,9 @@ def composition_matrices(cfg: ModelConfig, t: dict) -> dict[str, np.ndarray]:
     """{"q", "k", "v"}: (n_heads_total, n_heads_total) arrays, row = earlier head A, column =
     later head B (index layer * n_heads + head); NaN where A is not in an earlier layer."""
     H = cfg.n_layers * cfg.n_heads
-    weights = [head_weights(cfg, t, layer, h)
-               for layer in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    weights = [
+        head_weights(cfg, t, layer, h) for layer in range(cfg.n_layers) for h in range(cfg.n_heads)
+    ]
     out = {mode: np.full((H, H), np.nan) for mode in "qkv"}
     for a in range(H):
         _, _, V_a, O_a = weights[a]
@@ -118,7 +119,7 @@ def composition_matrices(cfg: ModelConfig, t: dict) -> dict[str, np.ndarray]:
     return out
 
 
-@lru_cache(maxsize=16)   # the same for every checkpoint of a run (the page reads ~30)
+@lru_cache(maxsize=16)  # the same for every checkpoint of a run (the page reads ~30)
 def composition_baseline(cfg: ModelConfig, draws: int = BASELINE_DRAWS, seed: int = 0) -> float:
     """The mean Q-, K- and V-composition of random Gaussian heads with this model's shapes
     (W_O the block identity when the model has none)."""
@@ -132,8 +133,7 @@ def composition_baseline(cfg: ModelConfig, draws: int = BASELINE_DRAWS, seed: in
         else:
             O_a = O_b = np.eye(dh, d)
         OV_a, QK_b = V_a @ O_a, Q_b @ K_b.T
-        scores += [composition(OV_a, QK_b), composition(OV_a, QK_b.T),
-                   composition(OV_a, V_b @ O_b)]
+        scores += [composition(OV_a, QK_b), composition(OV_a, QK_b.T), composition(OV_a, V_b @ O_b)]
     return float(np.mean(scores))
 
 
@@ -153,10 +153,10 @@ def copying_scores(cfg: ModelConfig, t: dict) -> list[list[float | None]]:
 
 @dataclass
 class HeadScores:
-    prev_token: np.ndarray          # (n_layers, n_heads)
-    prefix_matching: np.ndarray     # (n_layers, n_heads)
-    copying: list                   # [layer][head], None where undefined
-    composition: dict               # {"q", "k", "v"}: (n_heads_total, n_heads_total), NaN off
+    prev_token: np.ndarray  # (n_layers, n_heads)
+    prefix_matching: np.ndarray  # (n_layers, n_heads)
+    copying: list  # [layer][head], None where undefined
+    composition: dict  # {"q", "k", "v"}: (n_heads_total, n_heads_total), NaN off
     baseline: float
 
     def induction_pair(self):
@@ -174,7 +174,7 @@ class HeadScores:
         with one layer (or when no layer-0 head writes anything). In an induction circuit it is
         a previous-token head and the induction head whose keys read it."""
         H = self.prev_token.shape[1]
-        k = self.composition["k"][:H, H:2 * H]
+        k = self.composition["k"][:H, H : 2 * H]
         if self.prev_token.shape[0] < 2 or np.all(np.isnan(k)):
             return None
         a, b = divmod(int(np.nanargmax(k)), H)
@@ -182,45 +182,61 @@ class HeadScores:
 
     def to_json(self) -> dict:
         L, H = self.prev_token.shape
-        heads = [{"layer": layer, "head": h,
-                  "prev_token": float(self.prev_token[layer, h]),
-                  "prefix_matching": float(self.prefix_matching[layer, h]),
-                  "copying": self.copying[layer][h]}
-                 for layer in range(L) for h in range(H)]
+        heads = [
+            {
+                "layer": layer,
+                "head": h,
+                "prev_token": float(self.prev_token[layer, h]),
+                "prefix_matching": float(self.prefix_matching[layer, h]),
+                "copying": self.copying[layer][h],
+            }
+            for layer in range(L)
+            for h in range(H)
+        ]
 
         def clean(m):
             return [[None if np.isnan(x) else float(x) for x in row] for row in m]
-        return {"heads": heads,
-                "composition": {**{mode: clean(self.composition[mode]) for mode in "qkv"},
-                                "baseline": self.baseline}}
+
+        return {
+            "heads": heads,
+            "composition": {
+                **{mode: clean(self.composition[mode]) for mode in "qkv"},
+                "baseline": self.baseline,
+            },
+        }
 
 
 def head_scores(model: Transformer) -> HeadScores:
     """Every head's scores and the composition between every earlier and later head."""
     prev, prefix = attention_scores(model)
     t = model.tensors
-    return HeadScores(prev, prefix, copying_scores(model.cfg, t),
-                      composition_matrices(model.cfg, t), composition_baseline(model.cfg))
+    return HeadScores(
+        prev,
+        prefix,
+        copying_scores(model.cfg, t),
+        composition_matrices(model.cfg, t),
+        composition_baseline(model.cfg),
+    )
 
 
 def window_losses(model: Transformer, inputs: np.ndarray, targets: np.ndarray):
     """(loss, in-context loss) in nats over windows: the mean next-token loss, and the mean
     loss on the last quarter of the positions minus the first quarter."""
     logp = log_softmax(model(inputs))
-    nll = -np.take_along_axis(logp, targets[..., None], -1)[..., 0]          # (B, T)
+    nll = -np.take_along_axis(logp, targets[..., None], -1)[..., 0]  # (B, T)
     quarter = max(1, inputs.shape[1] // 4)
     return float(nll.mean()), float(nll[:, -quarter:].mean() - nll[:, :quarter].mean())
 
 
 @dataclass
 class PhaseChange:
-    steps: list[int]                    # the checkpoints measured
-    train_loss: list[float]             # on fixed training windows, at each checkpoint
-    in_context_loss: list[float]        # on the same windows
-    prev_token: np.ndarray              # (n_steps, n_layers, n_heads)
-    prefix_matching: np.ndarray         # (n_steps, n_layers, n_heads)
-    phase_step: int                     # where the induction score crosses half its rise
-    bump_step: int | None               # the training loss's last rise before phase_step
+    steps: list[int]  # the checkpoints measured
+    train_loss: list[float]  # on fixed training windows, at each checkpoint
+    in_context_loss: list[float]  # on the same windows
+    prev_token: np.ndarray  # (n_steps, n_layers, n_heads)
+    prefix_matching: np.ndarray  # (n_steps, n_layers, n_heads)
+    phase_step: int  # where the induction score crosses half its rise
+    bump_step: int | None  # the training loss's last rise before phase_step
 
     @property
     def induction_score(self) -> np.ndarray:
@@ -258,10 +274,12 @@ def phase_change(run, steps: list[int] | None = None, progress=None) -> PhaseCha
     """Scores, training loss and in-context loss at each checkpoint (default: all of them),
     the losses on the same fixed training windows every time (the first LOSS_WINDOWS)."""
     from ..data import TaskData
+
     steps = list(run.steps if steps is None else steps)
     data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))
-    inputs, targets, _ = data.train.windows(data.train_starts[:LOSS_WINDOWS], run.cfg.n_ctx,
-                                            drop_unseen=False)
+    inputs, targets, _ = data.train.windows(
+        data.train_starts[:LOSS_WINDOWS], run.cfg.n_ctx, drop_unseen=False
+    )
     tokens, _ = repeated_tokens(run.cfg)
     prev, prefix, loss, icl = [], [], [], []
     for i, step in enumerate(steps):
@@ -285,5 +303,8 @@ def induction_report(run, step: int) -> dict:
     heads' scores and the composition at `step`."""
     steps = [s for s in run.steps if s <= step]
     phase = phase_change(run, steps)
-    return {"phase_step": phase.phase_step, "bump_step": phase.bump_step,
-            **head_scores(run.model(step)).to_json()}
+    return {
+        "phase_step": phase.phase_step,
+        "bump_step": phase.bump_step,
+        **head_scores(run.model(step)).to_json(),
+    }

@@ -12,9 +12,20 @@ import numpy as np
 
 from ..errors import FlatformerError
 from ..readout.batches import next_token_logits  # noqa: F401
-from ..readout.knobs import (Hooks, Knob, combine, head_means, knob_kls,  # noqa: F401
-                             mean_head, mlp_off, positions_off, scale_scores, standard_knobs,
-                             switches, zero_head)
+from ..readout.knobs import (
+    Hooks,
+    Knob,
+    combine,
+    head_means,
+    knob_kls,  # noqa: F401
+    mean_head,
+    mlp_off,
+    positions_off,
+    scale_scores,
+    standard_knobs,
+    switches,
+    zero_head,
+)
 from ..readout.probs import kl_divergence, log_softmax  # noqa: F401
 from ..transformer import Transformer
 
@@ -22,14 +33,15 @@ from ..transformer import Transformer
 def _axes(name: str):
     """(position axis, head axis or None) of an activation's (B, ...) array."""
     if name.endswith(("hook_pattern", "hook_attn_scores")):
-        return 2, 1                                             # (B, H, query, key)
+        return 2, 1  # (B, H, query, key)
     if name.endswith(("hook_q", "hook_k", "hook_v", "hook_z")):
-        return 1, 2                                             # (B, T, H, dh)
-    return 1, None                                              # (B, T, ...)
+        return 1, 2  # (B, T, H, dh)
+    return 1, None  # (B, T, ...)
 
 
-def patch(source_cache: dict, name: str, position: int | None = None,
-          head: int | None = None) -> Hooks:
+def patch(
+    source_cache: dict, name: str, position: int | None = None, head: int | None = None
+) -> Hooks:
     """Activation `name` replaced by its value in another run (`source_cache`): everywhere, or
     only at one `position` (a query row for patterns and scores) and/or one `head`."""
     source = source_cache[name]
@@ -45,11 +57,14 @@ def patch(source_cache: dict, name: str, position: int | None = None,
 
     def hook(x, hook_name):
         if source.shape != x.shape:
-            raise FlatformerError(f"patching {name}: the two runs must have the same shape, "
-                                  f"got {source.shape} and {x.shape}")
+            raise FlatformerError(
+                f"patching {name}: the two runs must have the same shape, "
+                f"got {source.shape} and {x.shape}"
+            )
         x = x.copy()
         x[index] = source[index]
         return x
+
     return {name: hook}
 
 
@@ -65,8 +80,10 @@ def patching_sweep(model: Transformer, clean, corrupt, names: list[str] | None =
     """
     clean, corrupt = model.check_tokens(clean), model.check_tokens(corrupt)
     if clean.shape != corrupt.shape:
-        raise FlatformerError(f"patching: prompts must be equally long, got {clean.shape[1]} "
-                              f"and {corrupt.shape[1]} tokens")
+        raise FlatformerError(
+            f"patching: prompts must be equally long, got {clean.shape[1]} "
+            f"and {corrupt.shape[1]} tokens"
+        )
     cfg = model.cfg
     if names is None:
         names = []
@@ -86,7 +103,7 @@ def patching_sweep(model: Transformer, clean, corrupt, names: list[str] | None =
     base, top = diff(corrupt_logits), diff(clean_logits)
     T = clean.shape[1]
     gap = top - base
-    defined = np.abs(gap) > 1e-12      # same top token in both runs: no difference to restore
+    defined = np.abs(gap) > 1e-12  # same top token in both runs: no difference to restore
     restored, kl = np.full((len(names), T), np.nan), np.zeros((len(names), T))
     for i, name in enumerate(names):
         for t in range(T):

@@ -18,11 +18,15 @@ import numpy as np
 from ..readout import Hooks, by_length, kl_divergence, unembed, write_heads
 from ..transformer import Transformer
 
-EXACT_NOTE = ("exact: no final LayerNorm, the stream goes straight into W_U")
-EXACT_NOTE_LN = ("exact: the LayerNorms sit inside the attention and MLP branches; there is no "
-                 "final LayerNorm, the stream goes straight into W_U")
-FINAL_LN_NOTE = ("with the final LayerNorm: the lens recomputes it on each stage's stream; the "
-                 "decomposition freezes its scale at the full forward pass's")
+EXACT_NOTE = "exact: no final LayerNorm, the stream goes straight into W_U"
+EXACT_NOTE_LN = (
+    "exact: the LayerNorms sit inside the attention and MLP branches; there is no "
+    "final LayerNorm, the stream goes straight into W_U"
+)
+FINAL_LN_NOTE = (
+    "with the final LayerNorm: the lens recomputes it on each stage's stream; the "
+    "decomposition freezes its scale at the full forward pass's"
+)
 
 
 def lens_note(model: Transformer) -> str:
@@ -39,8 +43,10 @@ def stage_names(model: Transformer) -> list[tuple[str, str]]:
         if model.cfg.attn_only:
             stages.append((f"{layer}.attn", f"blocks.{layer}.hook_resid_post"))
         else:
-            stages += [(f"{layer}.attn", f"blocks.{layer}.hook_resid_mid"),
-                       (f"{layer}.mlp", f"blocks.{layer}.hook_resid_post")]
+            stages += [
+                (f"{layer}.attn", f"blocks.{layer}.hook_resid_mid"),
+                (f"{layer}.mlp", f"blocks.{layer}.hook_resid_post"),
+            ]
     return stages
 
 
@@ -55,7 +61,7 @@ def contributions(model: Transformer, tokens, by_head: bool = True) -> dict[str,
     """{term: logits (B, T, V)} whose sum is the model's logits.
 
     Terms, in forward order: `embed` (W_E), `pos` (W_pos), per layer each head (`L.head h`, or
-    `L.attn` with `by_head=False`), `L.mlp` (the neurons, post @ W_out) and `L.mlp bias`
+    `L.attn` with `by_head=False`), `L.attn bias` (b_O) with `attn_out_bias`, `L.mlp` (the neurons, post @ W_out) and `L.mlp bias`
     (b_out) unless the blocks are attention-only, `ln_final bias` with a final LayerNorm, then
     `bias` (b_U) when the model has one. Without W_O, head h writes its z into its own d_head
     slice of the stream. With a final LayerNorm each stream term x is read as
@@ -71,24 +77,31 @@ def contributions(model: Transformer, tokens, by_head: bool = True) -> dict[str,
             x = x - x.mean(-1, keepdims=True)
             return (x / scale * gain) @ W_U
     else:
+
         def read(x):
             return x @ W_U
+
     terms = {"embed": read(cache["hook_embed"]), "pos": read(cache["hook_pos_embed"])}
     for layer in range(cfg.n_layers):
         b = f"blocks.{layer}."
         if by_head:
             W_O = t[b + "attn.W_O"][0] if cfg.attn_out else None
-            written = write_heads(cfg, cache[b + "attn.hook_z"], W_O)      # (B, T, H, d)
+            written = write_heads(cfg, cache[b + "attn.hook_z"], W_O)  # (B, T, H, d)
             for h in range(cfg.n_heads):
                 terms[f"{layer}.head {h}"] = read(written[:, :, h])
+            if cfg.attn_out_bias:  # b_O belongs to no one head: a term of its own
+                terms[f"{layer}.attn bias"] = read(
+                    np.broadcast_to(t[b + "attn.b_O"][0], written.shape[:2] + (cfg.d_model,))
+                )
         else:
             terms[f"{layer}.attn"] = read(cache[b + "hook_attn_out"])
         if cfg.attn_only:
             continue
         post = cache[b + "mlp.hook_post"]
         terms[f"{layer}.mlp"] = read(post @ t[b + "mlp.W_out"][0])
-        terms[f"{layer}.mlp bias"] = read(np.broadcast_to(t[b + "mlp.b_out"][0],
-                                                          post.shape[:2] + (cfg.d_model,)))
+        terms[f"{layer}.mlp bias"] = read(
+            np.broadcast_to(t[b + "mlp.b_out"][0], post.shape[:2] + (cfg.d_model,))
+        )
     if cfg.ln_final:
         terms["ln_final bias"] = np.broadcast_to(t["ln_final.b"][0] @ W_U, terms["embed"].shape)
     if cfg.unembed_bias:
@@ -107,7 +120,11 @@ def lens_summary(model: Transformer, prompts) -> list[dict]:
     stages = {label: np.concatenate(parts) for label, parts in per_stage.items()}
     final = list(stages.values())[-1]
     for label, logits in stages.items():
-        rows.append({"stage": label,
-                     "agrees": float((logits.argmax(-1) == final.argmax(-1)).mean()),
-                     "kl": float(kl_divergence(final, logits).mean())})
+        rows.append(
+            {
+                "stage": label,
+                "agrees": float((logits.argmax(-1) == final.argmax(-1)).mean()),
+                "kl": float(kl_divergence(final, logits).mean()),
+            }
+        )
     return rows

@@ -10,7 +10,7 @@ from ..edges.methods import build_problem, find_circuits
 from ..errors import FlatformerError
 from ..evaluate import evaluate
 from ..limits import read_text
-from ..model import Params
+from ..engine.model import Params
 from ..readout import KL_DIRECTION, by_length, knob_kls, reference_windows, standard_knobs
 from .algorithm import run_checks
 from .circuits import TOP_K, circuit_table
@@ -32,7 +32,7 @@ def default_prompts(task, data: TaskData, limit: int = MAX_PROMPTS) -> list[np.n
         if 0 < len(demo) <= data.val_inputs.shape[1]:
             prompts.append(demo)
     if len(data.rule_index):
-        windows = [w[:i + 1] for w, i in zip(data.rule_inputs, data.rule_index)]
+        windows = [w[: i + 1] for w, i in zip(data.rule_inputs, data.rule_index)]
     else:
         windows = list(data.val_inputs)
     keep = evenly_spaced(len(windows), max(limit - len(prompts), 0))
@@ -62,9 +62,13 @@ def read_prompts(path, task, n_ctx: int) -> tuple[list[np.ndarray], int]:
 
 
 def _summary(values: np.ndarray) -> dict:
-    return {"min": float(values.min()), "median": float(np.median(values)),
-            "mean": float(values.mean()), "max": float(values.max()),
-            "worst_prompt": int(values.argmax())}
+    return {
+        "min": float(values.min()),
+        "median": float(np.median(values)),
+        "mean": float(values.mean()),
+        "max": float(values.max()),
+        "worst_prompt": int(values.argmax()),
+    }
 
 
 def attribution(model, prompts) -> tuple[list[dict], float]:
@@ -85,9 +89,16 @@ def attribution(model, prompts) -> tuple[list[dict], float]:
     return [{"term": name, "push": t / len(prompts)} for name, t in totals.items()], error
 
 
-def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = None,
-            prompt_source: str | None = None, k: int = TOP_K) -> dict:
-    """Everything `flatformer analyze` reports about one checkpoint of a run."""
+def analyze(
+    run,
+    step: int | None = None,
+    prompts: list[np.ndarray] | None = None,
+    prompt_source: str | None = None,
+    k: int = TOP_K,
+    examples=None,
+) -> dict:
+    """Everything `flatformer analyze` reports about one checkpoint of a run; `examples`
+    (`prompts.read_examples`) define the edge circuit's metric instead of the task."""
     step = run.resolve_step(step)
     model, task = run.model(step), run.task
     data = run.data()
@@ -97,20 +108,36 @@ def analyze(run, step: int | None = None, prompts: list[np.ndarray] | None = Non
     kls = knob_kls(model, prompts, standard_knobs(model, reference_windows(data)))
     pushes, exact = attribution(model, prompts)
     report = {
-        "run": str(run.path), "task": task.name, "step": step, "preset": run.config.get("preset"),
-        "n_params": run.cfg.n_params, "model": run.cfg.to_dict(),
-        "held_out": {"loss": float(loss[0]), "rule_error": float(rule_error[0]),
-                     "rule_positions": int(len(data.rule_targets))},
-        "prompts": {"count": len(prompts), "source": prompt_source or "given",
-                    "text": [task.decode(p) for p in prompts]},
+        "run": str(run.path),
+        "task": task.name,
+        "step": step,
+        "preset": run.config.get("preset"),
+        "n_params": run.cfg.n_params,
+        "model": run.cfg.to_dict(),
+        "held_out": {
+            "loss": float(loss[0]),
+            "rule_error": float(rule_error[0]),
+            "rule_positions": int(len(data.rule_targets)),
+        },
+        "prompts": {
+            "count": len(prompts),
+            "source": prompt_source or "given",
+            "text": [task.decode(p) for p in prompts],
+        },
         "algorithm": run_checks(model, task, data),
         "kl": KL_DIRECTION,
-        "knobs": [{"name": name, **_summary(values), "kl": values.tolist()}
-                  for name, values in kls.items()],
-        "lens": {"note": lens_note(model), "stages": lens_summary(model, prompts),
-                 "decomposition_error": exact, "attribution": pushes},
+        "knobs": [
+            {"name": name, **_summary(values), "kl": values.tolist()}
+            for name, values in kls.items()
+        ],
+        "lens": {
+            "note": lens_note(model),
+            "stages": lens_summary(model, prompts),
+            "decomposition_error": exact,
+            "attribution": pushes,
+        },
         "circuits": circuit_table(model, k),
-        "edge_circuit": find_circuits(build_problem(model, task, data, "mean")),
+        "edge_circuit": find_circuits(build_problem(model, task, data, "mean", examples=examples)),
         "induction": induction_report(run, step) if task.name == "induction" else None,
     }
     if task.name == "modular-addition":

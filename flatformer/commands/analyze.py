@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -11,13 +10,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from ..limits import strict_json
+from ..labels import short
 from ..analysis.circuits import TOP_K
 from ..errors import FlatformerError
 from .app import app, out
 
 
 def _plain(text) -> Text:
-    return Text(str(text))  # token strings such as "[" must never be read as rich markup
+    return Text(short(text))  # token strings such as "[" must never be read as rich markup
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -34,11 +35,14 @@ def _table(title: str, *columns: str) -> Table:
 
 def render_report(report: dict):
     held = report["held_out"]
-    out.print(_plain(
-        f"{report['run']}: {report['task']}, {report['preset'] or 'custom'} "
-        f"({report['n_params']} parameters), step {report['step']}; held-out loss "
-        f"{held['loss']:.4f}, rule error {held['rule_error']:.2%} over "
-        f"{held['rule_positions']} positions"))
+    out.print(
+        _plain(
+            f"{report['run']}: {report['task']}, {report['preset'] or 'custom'} "
+            f"({report['n_params']} parameters), step {report['step']}; held-out loss "
+            f"{held['loss']:.4f}, rule error {held['rule_error']:.2%} over "
+            f"{held['rule_positions']} positions"
+        )
+    )
     if report["algorithm"] is not None:
         table = _table("The algorithm, measured (held-out windows)", "step", "measure", "value")
         table.columns[1].justify = "left"
@@ -48,33 +52,62 @@ def render_report(report: dict):
     else:
         out.print(_plain(f"(the task {report['task']} declares no algorithm checks)"))
     prompts = report["prompts"]
-    table = _table(f"Knobs: {report['kl']} of the next token, nats, over "
-                   f"{prompts['count']} {prompts['source']} prompts",
-                   "knob", "min", "median", "max", "prompt with the max")
+    table = _table(
+        f"Knobs: {report['kl']} of the next token, nats, over "
+        f"{prompts['count']} {prompts['source']} prompts",
+        "knob",
+        "min",
+        "median",
+        "max",
+        "prompt with the max",
+    )
     table.columns[-1].justify = "left"
     for knob in report["knobs"]:
-        table.add_row(_plain(knob["name"]), f"{knob['min']:.3f}", f"{knob['median']:.3f}",
-                      f"{knob['max']:.3f}", _plain(prompts["text"][knob["worst_prompt"]]))
+        table.add_row(
+            _plain(knob["name"]),
+            f"{knob['min']:.3f}",
+            f"{knob['median']:.3f}",
+            f"{knob['max']:.3f}",
+            _plain(prompts["text"][knob["worst_prompt"]]),
+        )
     out.print(table)
     lens = report["lens"]
-    table = _table(f"Logit lens at the last position ({lens['note']})",
-                   "after", "top token = final", "KL(final || lens)")
+    table = _table(
+        f"Logit lens at the last position ({lens['note']})",
+        "after",
+        "top token = final",
+        "KL(final || lens)",
+    )
     for stage in lens["stages"]:
         table.add_row(_plain(stage["stage"]), f"{stage['agrees']:.1%}", f"{stage['kl']:.3f}")
     out.print(table)
-    table = _table(f"Direct logit attribution: the terms sum to the logits (largest gap "
-                   f"{lens['decomposition_error']:.1e})", "term", "push on the top token")
+    table = _table(
+        f"Direct logit attribution: the terms sum to the logits (largest gap "
+        f"{lens['decomposition_error']:.1e})",
+        "term",
+        "push on the top token",
+    )
     for term in lens["attribution"]:
         table.add_row(_plain(term["term"]), f"{term['push']:+.3f}")
     out.print(table)
     circuits = report["circuits"]
     k = circuits[0]["k"] if circuits else 3
-    table = _table("Circuits: singular values of each head's QK = W_Q W_K^T and OV",
-                   "head", "QK singular values", f"QK top {k}", "OV singular values", f"OV top {k}")
+    table = _table(
+        "Circuits: singular values of each head's QK = W_Q W_K^T and OV",
+        "head",
+        "QK singular values",
+        f"QK top {k}",
+        "OV singular values",
+        f"OV top {k}",
+    )
     for c in circuits:
-        table.add_row(f"{c['layer']}.{c['head']}", " ".join(f"{s:.3g}" for s in c["qk_singular"]),
-                      f"{c['qk_mass']:.1%}", " ".join(f"{s:.3g}" for s in c["ov_singular"]),
-                      f"{c['ov_mass']:.1%}")
+        table.add_row(
+            f"{c['layer']}.{c['head']}",
+            " ".join(f"{s:.3g}" for s in c["qk_singular"]),
+            f"{c['qk_mass']:.1%}",
+            " ".join(f"{s:.3g}" for s in c["ov_singular"]),
+            f"{c['ov_mass']:.1%}",
+        )
     out.print(table)
     if report.get("edge_circuit"):
         render_edge_circuit(report["edge_circuit"])
@@ -91,76 +124,132 @@ def render_edge_circuit(found: dict):
     c, m = found["circuit"], found["methods"]
     faith = "-" if c["faithfulness"] is None else f"{c['faithfulness']:.3f}"
     out.print()
-    out.print(Text(f"Circuit ({found['ablation']} ablation, {found['metric']}; flatformer "
-                   f"circuits RUN for more)", style="bold"))
-    out.print(_plain(f"{c['edges_kept']} of {c['edges_total']} edges keep {faith} of the "
-                     f"metric ({'minimal' if c['minimal'] else 'not minimal'}): "
-                     + ", ".join(f"{s}->{d}" for s, d in c["edges"])))
+    out.print(
+        Text(
+            f"Circuit ({found['ablation']} ablation, {found['metric']}; flatformer "
+            f"circuits RUN for more)",
+            style="bold",
+        )
+    )
+    out.print(
+        _plain(
+            f"{c['edges_kept']} of {c['edges_total']} edges keep {faith} of the "
+            f"metric ({'minimal' if c['minimal'] else 'not minimal'}): "
+            + ", ".join(f"{s}->{d}" for s, d in c["edges"])
+        )
+    )
 
     def auc(key):
         value = m.get(key, {}).get("auc")
         return "-" if value is None else f"{value:.2f}"
-    out.print(_plain(f"AUC against the exact effects: EAP {auc('eap')}, EAP-IG {auc('eap_ig')}, "
-                     f"ACDC {auc('acdc')} (ACDC keeps {m['acdc']['edges_kept']} edges)"))
+
+    out.print(
+        _plain(
+            f"AUC against the exact effects: EAP {auc('eap')}, EAP-IG {auc('eap_ig')}, "
+            f"ACDC {auc('acdc')} (ACDC keeps {m['acdc']['edges_kept']} edges)"
+        )
+    )
 
 
 def render_grokking(g: dict):
     phases = g["phases"]
     algo = g["algorithm"]
     out.print()
-    out.print(Text(f"Grokking (Nanda et al. 2023): key frequencies {g['key_frequencies']} "
-                   f"(of 1..{g['p'] // 2}; {g['key_share']:.1%} of the embedding's Fourier "
-                   f"energy); phases end at steps: memorisation {phases['memorisation']}, "
-                   f"circuit formation {phases['circuit_formation']}, clean-up "
-                   f"{phases['cleanup']}; below half their peak after memorisation: "
-                   f"restricted loss at {g['falls']['restricted_loss']}, test loss at "
-                   f"{g['falls']['test_loss']}. "
-                   f"Algorithm (Zhong et al. 2023): {algo['name']} (distance irrelevance "
-                   f"{algo['distance_irrelevance']:.2f}, gradient symmetricity "
-                   f"{algo['gradient_symmetricity']:.2f})"))
-    table = _table("Progress measures over checkpoints (restricted loss: all pairs; excluded "
-                   "loss: training pairs)", "step", "loss tr", "loss te", "acc tr",
-                   "acc te", "restr.", "excl.", "sum w^2")
+    out.print(
+        Text(
+            f"Grokking (Nanda et al. 2023): key frequencies {g['key_frequencies']} "
+            f"(of 1..{g['p'] // 2}; {g['key_share']:.1%} of the embedding's Fourier "
+            f"energy); phases end at steps: memorisation {phases['memorisation']}, "
+            f"circuit formation {phases['circuit_formation']}, clean-up "
+            f"{phases['cleanup']}; below half their peak after memorisation: "
+            f"restricted loss at {g['falls']['restricted_loss']}, test loss at "
+            f"{g['falls']['test_loss']}. "
+            f"Algorithm (Zhong et al. 2023): {algo['name']} (distance irrelevance "
+            f"{algo['distance_irrelevance']:.2f}, gradient symmetricity "
+            f"{algo['gradient_symmetricity']:.2f})"
+        )
+    )
+    table = _table(
+        "Progress measures over checkpoints (restricted loss: all pairs; excluded "
+        "loss: training pairs)",
+        "step",
+        "loss tr",
+        "loss te",
+        "acc tr",
+        "acc te",
+        "restr.",
+        "excl.",
+        "sum w^2",
+    )
     rows = range(len(g["steps"]))
-    shown = sorted(set(np.linspace(0, len(g["steps"]) - 1, min(len(g["steps"]), 21))
-                       .round().astype(int)))
+    shown = sorted(
+        set(np.linspace(0, len(g["steps"]) - 1, min(len(g["steps"]), 21)).round().astype(int))
+    )
     for i in rows:
         if i in shown:
-            table.add_row(str(g["steps"][i]), f"{g['train_loss'][i]:.3g}",
-                          f"{g['test_loss'][i]:.3g}", f"{g['train_accuracy'][i]:.1%}",
-                          f"{g['test_accuracy'][i]:.1%}", f"{g['restricted_loss'][i]:.3g}",
-                          f"{g['excluded_loss'][i]:.3g}", f"{g['weight_norm'][i]:.4g}")
+            table.add_row(
+                str(g["steps"][i]),
+                f"{g['train_loss'][i]:.3g}",
+                f"{g['test_loss'][i]:.3g}",
+                f"{g['train_accuracy'][i]:.1%}",
+                f"{g['test_accuracy'][i]:.1%}",
+                f"{g['restricted_loss'][i]:.3g}",
+                f"{g['excluded_loss'][i]:.3g}",
+                f"{g['weight_norm'][i]:.4g}",
+            )
     out.print(table)
 
 
 def render_induction(induction: dict):
-    table = _table(f"Induction heads (on repeated random tokens; the induction score jumps at "
-                   f"step {induction['phase_step']})", "head", "previous-token",
-                   "prefix-matching", "copying")
+    table = _table(
+        f"Induction heads (on repeated random tokens; the induction score jumps at "
+        f"step {induction['phase_step']})",
+        "head",
+        "previous-token",
+        "prefix-matching",
+        "copying",
+    )
     for head in induction["heads"]:
         copying = "undefined" if head["copying"] is None else f"{head['copying']:+.3f}"
-        table.add_row(f"{head['layer']}.{head['head']}", f"{head['prev_token']:.3f}",
-                      f"{head['prefix_matching']:.3f}", copying)
+        table.add_row(
+            f"{head['layer']}.{head['head']}",
+            f"{head['prev_token']:.3f}",
+            f"{head['prefix_matching']:.3f}",
+            copying,
+        )
     out.print(table)
     names = [f"{h['layer']}.{h['head']}" for h in induction["heads"]]
     comp = induction["composition"]
-    table = _table(f"Composition of an earlier head into a later one (Frobenius ratio; random "
-                   f"heads of the same shapes give {comp['baseline']:.3f})", "earlier -> later",
-                   "Q", "K", "V")
+    table = _table(
+        f"Composition of an earlier head into a later one (Frobenius ratio; random "
+        f"heads of the same shapes give {comp['baseline']:.3f})",
+        "earlier -> later",
+        "Q",
+        "K",
+        "V",
+    )
     for a, row in enumerate(comp["k"]):
         for b, value in enumerate(row):
             if value is not None:
-                table.add_row(f"{names[a]} -> {names[b]}", f"{comp['q'][a][b]:.3f}",
-                              f"{value:.3f}", f"{comp['v'][a][b]:.3f}")
+                table.add_row(
+                    f"{names[a]} -> {names[b]}",
+                    f"{comp['q'][a][b]:.3f}",
+                    f"{value:.3f}",
+                    f"{comp['v'][a][b]:.3f}",
+                )
     out.print(table)
 
 
 def render_patching(patching: dict):
     T = len(patching["restored"][0])
-    table = _table(f"Activation patching: share of the logit difference restored by patching "
-                   f"the clean run ({patching['clean']}) into the corrupt one "
-                   f"({patching['corrupt']}), per position", "activation",
-                   *[str(t) for t in range(T)])
+    table = _table(
+        f"Activation patching: share of the logit difference restored by patching "
+        f"the clean run ({patching['clean']}) into the corrupt one "
+        f"({patching['corrupt']}), per position"
+        + (" (counted back from the last)" if "positions" in patching else ""),
+        "activation",
+        *patching.get("positions", [str(t) for t in range(T)]),
+    )
     for name, values in zip(patching["names"], patching["restored"]):
         table.add_row(_plain(name), *["-" if v is None else f"{v:.2f}" for v in values])
     out.print(table)
@@ -170,12 +259,21 @@ def render_patching(patching: dict):
 def analyze(
     run: Path = typer.Argument(..., help="A run folder."),
     step: Optional[int] = typer.Option(None, help="Checkpoint step [last]."),
-    prompts: Optional[Path] = typer.Option(None, help="A file of prompts, one per line "
-                                           "[the task's demo and held-out windows]."),
-    patch: Optional[Tuple[str, str]] = typer.Option(None, help="Two prompts of equal length, "
-                                                    "CLEAN CORRUPT: patch one into the other."),
-    k: int = typer.Option(TOP_K, help="Top k singular values whose share of the mass is "
-                          "reported (the explorer page shows the default)."),
+    prompts: Optional[Path] = typer.Option(
+        None,
+        help="A file of prompts, one per line [the task's demo and held-out windows], or a "
+        'JSON-lines file of {"prompt", "target", "corrupt", "corrupt_target"} examples: '
+        "their targets are the circuit's metric and their corrupt prompts are patched "
+        "(docs/guide/prompts.md).",
+    ),
+    patch: Optional[Tuple[str, str]] = typer.Option(
+        None, help="Two prompts of equal length, CLEAN CORRUPT: patch one into the other."
+    ),
+    k: int = typer.Option(
+        TOP_K,
+        help="Top k singular values whose share of the mass is "
+        "reported (the explorer page shows the default).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Measure a checkpoint: the task's algorithm, knobs (head/MLP/position ablations, attention
@@ -184,26 +282,88 @@ def analyze(
     from ..analysis.report import analyze as run_analysis
     from ..analysis.report import read_prompts
     from ..runs import load_run
+
     loaded = load_run(run)
     if k < 1:
         raise FlatformerError(f"--k must be >= 1, got {k}")
-    given, source = None, None
-    if prompts is not None:
+    given, source, examples = None, None, None
+    if prompts is not None and is_examples_file(prompts):
+        from ..prompts import read_examples
+
+        examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx)
+        tokens, index = examples[0], examples[1]
+        given, source = [row[: i + 1] for row, i in zip(tokens, index)], f"examples from {prompts}"
+    elif prompts is not None:
         given, cut = read_prompts(prompts, loaded.task, loaded.cfg.n_ctx)
-        source = f"from {prompts}" + (f", {cut} cut to their last {loaded.cfg.n_ctx} tokens"
-                                      if cut else "")
-    report = run_analysis(loaded, step, given, source, k)
+        source = f"from {prompts}" + (
+            f", {cut} cut to their last {loaded.cfg.n_ctx} tokens" if cut else ""
+        )
+    report = run_analysis(loaded, step, given, source, k, examples)
+    if examples is not None and examples[3] is not None and not patch:
+        report["patching"] = example_patching(loaded.model(report["step"]), loaded.task, examples)
     if patch:
         clean, corrupt = (loaded.task.encode(p) for p in patch)
         names, restored, kl = patching_sweep(loaded.model(report["step"]), clean, corrupt)
         report["patching"] = {
-            "clean": patch[0], "corrupt": patch[1], "names": names,
+            "clean": patch[0],
+            "corrupt": patch[1],
+            "names": names,
             "restored": [[None if np.isnan(v) else float(v) for v in r] for r in restored],
-            "kl": kl.tolist()}
+            "kl": kl.tolist(),
+        }
     if as_json:
-        print(json.dumps(report))
+        print(strict_json(report))
     else:
         render_report(report)
+
+
+def is_examples_file(path: Path) -> bool:
+    """A JSON-lines prompts file: its first line that is not blank or a # comment parses as a
+    JSON object (a plain prompt never does: it is tokens separated by spaces)."""
+    import json
+
+    from ..analysis.report import MAX_PROMPTS_BYTES
+    from ..limits import read_text
+
+    for line in read_text(path, "prompts file", MAX_PROMPTS_BYTES).splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            try:
+                return isinstance(json.loads(line), dict)
+            except ValueError:
+                return False
+    return False
+
+
+def example_patching(model, task, examples) -> dict:
+    """Activation patching of each clean prompt into its corrupt one, positions counted back
+    from the read position (prompts of different lengths align there): per length, patching as
+    `--patch` does it over that length's examples, then the mean over lengths weighted by their
+    examples, over the last positions every prompt has."""
+    from ..analysis.interventions import patching_sweep
+
+    tokens, index, _, corrupt, _ = examples
+    lengths = np.unique(index + 1)
+    m = int(lengths.min())
+    total = weight = kl_total = 0.0
+    for L in lengths:
+        rows = np.flatnonzero(index + 1 == L)
+        names, restored, kl = patching_sweep(model, tokens[rows, :L], corrupt[rows, :L])
+        part = restored[:, L - m :]
+        seen = ~np.isnan(part)
+        total = total + np.where(seen, part, 0.0) * len(rows)
+        weight = weight + seen * len(rows)
+        kl_total = kl_total + kl[:, L - m :] * len(rows)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        restored = np.where(weight > 0, total / np.maximum(weight, 1e-300), np.nan)
+    return {
+        "clean": f"{len(index)} example prompts, e.g. {task.decode(tokens[0, : index[0] + 1])}",
+        "corrupt": f"their corrupt prompts, e.g. {task.decode(corrupt[0, : index[0] + 1])}",
+        "names": names,
+        "positions": [str(t - m + 1) if t < m - 1 else "last" for t in range(m)],
+        "restored": [[None if np.isnan(v) else float(v) for v in r] for r in restored],
+        "kl": (kl_total / len(index)).tolist(),
+    }
 
 
 def _head(text: str) -> tuple[int, int]:
@@ -216,7 +376,7 @@ def _head(text: str) -> tuple[int, int]:
 @app.command()
 def generate(
     run: Path = typer.Argument(..., help="A run folder."),
-    prompt: str = typer.Option(..., help="Space-separated tokens, e.g. \"4 1 + 4 6\"."),
+    prompt: str = typer.Option(..., help='Space-separated tokens, e.g. "4 1 + 4 6".'),
     n: int = typer.Option(10, "-n", help="Tokens to generate."),
     temperature: float = typer.Option(1.0, help="Softmax temperature; 0 is greedy."),
     top_k: Optional[int] = typer.Option(None, help="Keep only the k likeliest tokens."),
@@ -224,13 +384,17 @@ def generate(
     seed: int = typer.Option(0, min=0, help="Seed of the sampler's random draws."),
     greedy: bool = typer.Option(False, help="Always take the likeliest token."),
     step: Optional[int] = typer.Option(None, help="Checkpoint step [last]."),
-    head_off: Optional[List[str]] = typer.Option(None, help="Switch head LAYER.HEAD off "
-                                                 "(repeatable), e.g. 0.1."),
+    head_off: Optional[List[str]] = typer.Option(
+        None, help="Switch head LAYER.HEAD off (repeatable), e.g. 0.1."
+    ),
     mlp_off: Optional[List[int]] = typer.Option(None, help="Switch the MLP of a layer off."),
     positions_off: bool = typer.Option(False, help="Switch the position embeddings off."),
     beta: Optional[float] = typer.Option(None, help="Scale every attention score by beta."),
-    verbose: bool = typer.Option(False, help="A table of every step: probability, entropy, "
-                                 "effective choices and the raw random draw."),
+    verbose: bool = typer.Option(
+        False,
+        help="A table of every step: probability, entropy, "
+        "effective choices and the raw random draw.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Continue a prompt with the trained model (the context slides over the last n_ctx tokens),
@@ -238,28 +402,41 @@ def generate(
     from ..readout import switches
     from ..readout import generate as sample
     from ..runs import load_run
+
     loaded = load_run(run)
     task = loaded.task
     tokens = task.encode(prompt)
     if not tokens:
         raise FlatformerError("--prompt is empty")
-    hooks = switches(loaded.cfg, [_head(h) for h in head_off or []], mlp_off or [],
-                     not positions_off, beta)
+    hooks = switches(
+        loaded.cfg, [_head(h) for h in head_off or []], mlp_off or [], not positions_off, beta
+    )
     steps = sample(loaded.model(step), tokens, n, temperature, top_k, top_p, seed, greedy, hooks)
     new = [s.token for s in steps]
     if as_json:
-        print(json.dumps({"prompt": task.decode(tokens), "generated": task.decode(new),
-                          "tokens": new, "steps": [s.__dict__ for s in steps]}))
+        print(
+            strict_json(
+                {
+                    "prompt": task.decode(tokens),
+                    "generated": task.decode(new),
+                    "tokens": new,
+                    "steps": [s.__dict__ for s in steps],
+                }
+            )
+        )
         return
-    text = Text(task.decode(tokens))
-    if new:
-        text.append(" ")
-        text.append(task.decode(new), style="bold")
-    out.print(text)
+    # Two labelled lines: a continuation run into its prompt reads as one string.
+    out.print(Text("prompt     ").append(task.decode(tokens)), soft_wrap=True)
+    out.print(Text("generated  ").append(task.decode(new), style="bold"), soft_wrap=True)
     if verbose:
         table = _table("", "#", "token", "p", "entropy (nats)", "effective choices", "draw u")
         for i, s in enumerate(steps):
-            table.add_row(str(i + 1), _plain(task.vocab[s.token]), f"{s.probability:.3f}",
-                          f"{s.entropy:.3f}", f"{np.exp(s.entropy):.2f}",
-                          "greedy" if s.u is None else f"{s.u:.4f}")
+            table.add_row(
+                str(i + 1),
+                _plain(task.vocab[s.token]),
+                f"{s.probability:.3f}",
+                f"{s.entropy:.3f}",
+                f"{np.exp(s.entropy):.2f}",
+                "greedy" if s.u is None else f"{s.u:.4f}",
+            )
         out.print(table)

@@ -6,13 +6,22 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 app = typer.Typer(
     help="flatformer: train a transformer small enough to see through, then look inside it.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-    rich_markup_mode=None)
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
 console = Console(stderr=True)
 out = Console()
 
@@ -20,13 +29,21 @@ out = Console()
 def print_version(value: bool):
     if value:
         from .. import __version__
+
         print(f"flatformer {__version__}")
         raise typer.Exit()
 
 
 @app.callback()
-def options(version: bool = typer.Option(False, "--version", callback=print_version,
-                                         is_eager=True, help="Print the version and exit.")):
+def options(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=print_version,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
+):
     pass
 
 
@@ -37,8 +54,13 @@ def progress_display(*columns, transient: bool = False) -> Progress:
     nothing is cut to `0:00:…`."""
     if console.width < 100:
         columns = tuple(c for c in columns if not isinstance(c, TimeRemainingColumn))
-    return Progress(*columns, console=console, transient=transient, expand=True,
-                    disable=not console.is_interactive)
+    return Progress(
+        *columns,
+        console=console,
+        transient=transient,
+        expand=True,
+        disable=not console.is_interactive,
+    )
 
 
 class ProgressDisplay:
@@ -60,11 +82,17 @@ class ProgressDisplay:
         if stage != self.stage or self.display is None:
             self.close()
             self.display = progress_display(
-                TextColumn("{task.description}"), BarColumn(bar_width=None),
-                MofNCompleteColumn(), TextColumn("{task.fields[info]}", markup=False),
-                TimeElapsedColumn(), TimeRemainingColumn(), transient=self.transient)
-            self.bar = self.display.add_task(self.labels.get(stage, stage), total=n or None,
-                                             info="")
+                TextColumn("{task.description}"),
+                BarColumn(bar_width=None),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}", markup=False),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                transient=self.transient,
+            )
+            self.bar = self.display.add_task(
+                self.labels.get(stage, stage), total=n or None, info=""
+            )
             self.stage = stage
             self.display.start()
         self.display.update(self.bar, completed=i, total=n or None, info=message)
@@ -73,7 +101,7 @@ class ProgressDisplay:
 
     def close(self, failed: bool = False):
         if self.display is not None:
-            if failed:        # the error is the one line to show: leave no bar behind
+            if failed:  # the error is the one line to show: leave no bar behind
                 self.display.live.transient = True
             self.display.stop()
         self.display, self.stage = None, None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -10,6 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from ..limits import strict_json
 from ..errors import FlatformerError
 from ..limits import number, whole
 from .app import app, console, out
@@ -21,113 +21,193 @@ def _f(x, spec=".3f") -> str:
 
 def render_circuits(report: dict, top: int):
     circuit = report["circuit"]
-    out.print(Text(f"{report['run']}, step {report['step']}: {report['ablation']} ablation, "
-                   f"metric {report['metric']} over {report['prompts']} held-out prompts"))
-    out.print(Text(f"clean {report['clean_metric']:.3f}, every edge ablated "
-                   f"{report['ablated_metric']:.3f}"))
+    out.print(
+        Text(
+            f"{report['run']}, step {report['step']}: {report['ablation']} ablation, "
+            f"metric {report['metric']} over {report['prompts']} held-out prompts"
+        )
+    )
+    out.print(
+        Text(
+            f"clean {report['clean_metric']:.3f}, every edge ablated {report['ablated_metric']:.3f}"
+        )
+    )
     edges = sorted(report["edges"], key=lambda e: -abs(e["exact"]))
     shown = edges[:top]
-    title = (f"Edges by exact effect (metric change, ablated alone): {len(shown)} of "
-             f"{len(edges)}, * in the circuit")
+    title = (
+        f"Edges by exact effect (metric change, ablated alone): {len(shown)} of "
+        f"{len(edges)}, * in the circuit"
+    )
     out.print()
     out.print(Text(title, style="bold"))
     table = Table("edge", "exact", "eap", "eap-ig", "")
     for c in table.columns[1:]:
         c.justify = "right"
     for e in shown:
-        table.add_row(Text(f"{e['src']} -> {e['dst']}"), f"{e['exact']:+.4f}",
-                      _f(e.get("eap"), "+.4f"), _f(e.get("eap_ig"), "+.4f"),
-                      "*" if e["in_circuit"] else "")
+        table.add_row(
+            Text(f"{e['src']} -> {e['dst']}"),
+            f"{e['exact']:+.4f}",
+            _f(e.get("eap"), "+.4f"),
+            _f(e.get("eap_ig"), "+.4f"),
+            "*" if e["in_circuit"] else "",
+        )
     out.print(table)
     out.print()
-    out.print(Text("Methods against the exact effects (AUC: recovering the circuit's edges)",
-                   style="bold"))
+    out.print(
+        Text(
+            "Methods against the exact effects (AUC: recovering the circuit's edges)", style="bold"
+        )
+    )
     table = Table("method", "AUC", "Spearman", "edges", "faithful", "seconds")
     for c in table.columns[1:]:
         c.justify = "right"
     methods = report["methods"]
-    table.add_row("exact + greedy", "1.000", "1.000", str(circuit["edges_kept"]),
-                  _f(circuit["faithfulness"]), f"{methods['exact']['seconds']:.3f}")
+    table.add_row(
+        "exact + greedy",
+        "1.000",
+        "1.000",
+        str(circuit["edges_kept"]),
+        _f(circuit["faithfulness"]),
+        f"{methods['exact']['seconds']:.3f}",
+    )
     for key, label in (("eap", "eap"), ("eap_ig", "eap-ig")):
         if key in methods:
             m = methods[key]
             table.add_row(label, _f(m["auc"]), _f(m["spearman"]), "", "", f"{m['seconds']:.3f}")
     if "acdc" in methods:
         m = methods["acdc"]
-        table.add_row(f"acdc (tau {m['tau']:.3g})", _f(m["auc"]), "", str(m["edges_kept"]),
-                      _f(m["faithfulness"]), f"{m['seconds']:.3f}")
+        table.add_row(
+            f"acdc (tau {m['tau']:.3g})",
+            _f(m["auc"]),
+            "",
+            str(m["edges_kept"]),
+            _f(m["faithfulness"]),
+            f"{m['seconds']:.3f}",
+        )
     out.print(table)
     verdict = "minimal" if circuit["minimal"] else "NOT minimal"
-    out.print(Text(
-        f"Circuit: {circuit['edges_kept']} of {circuit['edges_total']} edges, faithfulness "
-        f"{_f(circuit['faithfulness'])} (target {circuit['target']:.2f}); {verdict}: dropping "
-        f"any one edge loses at least {_f(min(circuit['drop_losses'], default=None))} "
-        f"(tolerance {circuit['tolerance']:g})"))
+    out.print(
+        Text(
+            f"Circuit: {circuit['edges_kept']} of {circuit['edges_total']} edges, faithfulness "
+            f"{_f(circuit['faithfulness'])} (target {circuit['target']:.2f}); {verdict}: dropping "
+            f"any one edge loses at least {_f(min(circuit['drop_losses'], default=None))} "
+            f"(tolerance {circuit['tolerance']:g})"
+        )
+    )
     out.print(Text("  " + ", ".join(f"{s}->{d}" for s, d in circuit["edges"])))
 
 
 def parse_path(text: str) -> list[tuple[str, str]]:
-    """"tok>a0.0.v,a0.0>m0" -> [("tok", "a0.0.v"), ("a0.0", "m0")]."""
+    """ "tok>a0.0.v,a0.0>m0" -> [("tok", "a0.0.v"), ("a0.0", "m0")]."""
     edges = []
     for part in text.split(","):
         src, sep, dst = part.strip().partition(">")
         if not sep or not src.strip() or not dst.strip():
-            raise FlatformerError(f"--path takes edges SRC>DST separated by commas, such as "
-                                  f"tok>a0.0.v,a0.0>m0; got {text!r}")
+            raise FlatformerError(
+                f"--path takes edges SRC>DST separated by commas, such as "
+                f"tok>a0.0.v,a0.0>m0; got {text!r}"
+            )
         edges.append((src.strip(), dst.strip()))
     return edges
 
 
-def circuits_report(run, step, ablation, metric, methods, prompts, target, tau, ig_steps,
-                    progress=None, path=None) -> dict:
+def circuits_report(
+    run,
+    step,
+    ablation,
+    metric,
+    methods,
+    prompts,
+    target,
+    tau,
+    ig_steps,
+    progress=None,
+    path=None,
+    examples=None,
+) -> dict:
     """The JSON report of `flatformer circuits` for a loaded run; with `path` (edges), also
     that path's path-patching effect between the clean and the corrupt prompts."""
     from ..edges.methods import build_problem, find_circuits, path_patch
+
     step = run.resolve_step(step)
-    data = run.data()
-    problem = build_problem(run.model(step), run.task, data, ablation, metric, prompts)
+    # Examples ablated by resampling or zeroing need no task data (an imported model has none)
+    data = run.data() if examples is None or ablation == "mean" else None
+    problem = build_problem(
+        run.model(step), run.task, data, ablation, metric, prompts, examples=examples
+    )
     patched = None
     if path:
         if problem.corrupt is None:
-            problem = build_problem(run.model(step), run.task, data, "resample", metric,
-                                    prompts)
+            problem = build_problem(
+                run.model(step), run.task, data, "resample", metric, prompts, examples=examples
+            )
         patched = {"path": [list(e) for e in path], "effect": path_patch(problem, path)}
-    report = find_circuits(problem, methods, target, tau=tau, ig_steps=ig_steps,
-                           progress=progress)
-    return {"run": str(run.path), "task": run.task.name, "step": step, **report,
-            **({"path_patching": patched} if patched else {})}
+    report = find_circuits(problem, methods, target, tau=tau, ig_steps=ig_steps, progress=progress)
+    return {
+        "run": str(run.path),
+        "task": run.task.name,
+        "step": step,
+        **report,
+        **({"path_patching": patched} if patched else {}),
+    }
 
 
 @app.command()
 def circuits(
     run: Path = typer.Argument(..., help="A run folder."),
     step: Optional[int] = typer.Option(None, help="Checkpoint step [last]."),
-    ablation: str = typer.Option("mean", help="What an ablated edge carries: mean (the "
-                                 "sender's mean output over held-out windows), resample (its "
-                                 "output on a corrupted prompt) or zero."),
-    metric: Optional[str] = typer.Option(None, help="logprob (of the rule's target; default "
-                                         "when the task has one), kl (to the clean output) "
-                                         "or logit-diff (clean minus corrupt target)."),
-    methods: str = typer.Option("exact,eap,eap-ig,acdc", help="Comma-separated methods; the "
-                                "exact effects are always computed (they are the ground truth)."),
-    prompts: int = typer.Option(200, help="Held-out prompts to measure on."),
+    ablation: str = typer.Option(
+        "mean",
+        help="What an ablated edge carries: mean (the "
+        "sender's mean output over held-out windows), resample (its "
+        "output on a corrupted prompt) or zero.",
+    ),
+    metric: Optional[str] = typer.Option(
+        None,
+        help="logprob (of the rule's target; default "
+        "when the task has one), kl (to the clean output) "
+        "or logit-diff (clean minus corrupt target).",
+    ),
+    methods: str = typer.Option(
+        "exact,eap,eap-ig,acdc",
+        help="Comma-separated methods; the "
+        "exact effects are always computed (they are the ground truth).",
+    ),
+    prompts: str = typer.Option(
+        "200",
+        help="Held-out prompts to measure on: a count, or a "
+        'JSON-lines prompts FILE of {"prompt", "target", '
+        '"corrupt", "corrupt_target"} examples (write a task\'s own '
+        "with `flatformer prompts RUN --out FILE`; docs/guide/prompts.md).",
+    ),
     target: float = typer.Option(0.95, help="Faithfulness the circuit must reach."),
-    tau: Optional[float] = typer.Option(None, help="ACDC's threshold in metric units [1% of "
-                                        "the clean-vs-ablated gap]."),
+    tau: Optional[float] = typer.Option(
+        None, help="ACDC's threshold in metric units [1% of the clean-vs-ablated gap]."
+    ),
     ig_steps: int = typer.Option(5, help="EAP-IG's integration steps."),
     top: int = typer.Option(15, help="Edges shown in the table."),
-    path: Optional[str] = typer.Option(None, help="Path patching: edges SRC>DST joined by "
-                                       "commas (tok>a0.0.v,a0.0>m0,m0>logits); the sender's "
-                                       "corrupt output reaches the rest only along this path."),
+    path: Optional[str] = typer.Option(
+        None,
+        help="Path patching: edges SRC>DST joined by "
+        "commas (tok>a0.0.v,a0.0>m0,m0>logits); the sender's "
+        "corrupt output reaches the rest only along this path.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Which edges compute the rule: every edge of the model's graph (tok, pos, heads aL.H with
     receivers q/k/v, MLPs mL, logits) ablated alone, the smallest faithful circuit, and EAP,
     EAP-IG and ACDC scored against the exact effects."""
     from ..runs import load_run
+
     loaded = load_run(run)
-    if prompts < 1:
-        raise FlatformerError(f"--prompts must be >= 1, got {prompts}")
+    examples = None
+    if prompts.isdigit():
+        prompts = whole("--prompts", int(prompts), 1, 1_000_000)
+    else:
+        from ..prompts import read_examples
+
+        examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx)
+        prompts = len(examples[0])
     if not 0 < target <= 1:
         raise FlatformerError(f"--target must be in (0, 1], got {target}")
     if top < 1:
@@ -138,14 +218,29 @@ def circuits(
     wanted = [m.strip() for m in methods.split(",") if m.strip()]
     edges = parse_path(path) if path is not None else None
     with console.status("circuits") as status:
-        report = circuits_report(loaded, step, ablation, metric, wanted, prompts, target, tau,
-                                 ig_steps, lambda name: status.update(f"circuits: {name}"),
-                                 edges)
+        report = circuits_report(
+            loaded,
+            step,
+            ablation,
+            metric,
+            wanted,
+            prompts,
+            target,
+            tau,
+            ig_steps,
+            lambda name: status.update(f"circuits: {name}"),
+            edges,
+            examples,
+        )
     if as_json:
-        print(json.dumps(report))
+        print(strict_json(report))
         return
     render_circuits(report, top)
     if edges:
-        out.print(Text(f"Path patching {', '.join(f'{s}>{d}' for s, d in edges)} (clean vs "
-                       f"corrupt prompts): the {report['metric']} moves by "
-                       f"{report['path_patching']['effect']:+.4f}"))
+        out.print(
+            Text(
+                f"Path patching {', '.join(f'{s}>{d}' for s, d in edges)} (clean vs "
+                f"corrupt prompts): the {report['metric']} moves by "
+                f"{report['path_patching']['effect']:+.4f}"
+            )
+        )

@@ -13,7 +13,20 @@ from ..errors import FlatformerError
 from .app import app, out
 
 
+PAGE_MAX_PARAMS = 1_000_000  # what the page recomputes in a browser, opening in about 3 s
 MAX_PATH = 2048  # bytes of a request's path; the standard library caps each header line too
+
+
+def serve_page(page: bytes, port: int):
+    """Serve one page on 127.0.0.1 until Ctrl-C."""
+    server = make_server(page, port)
+    out.print(f"serving http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C to stop)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 def make_server(page: bytes, port: int) -> http.server.ThreadingHTTPServer:
@@ -21,14 +34,21 @@ def make_server(page: bytes, port: int) -> http.server.ThreadingHTTPServer:
     only, no request body, a short path, and a few seconds per connection, so neither a
     malformed request nor a slow one can hold it up."""
 
+    hosts: set[str] = set()  # Host headers naming the address served, filled once bound
+
     class Page(http.server.BaseHTTPRequestHandler):
         timeout = 5  # seconds a connection may stay silent
 
         def do_GET(self):
-            if len(self.path) > MAX_PATH:
+            host = self.headers.get("Host", "")
+            if host not in hosts:  # a page elsewhere reaching us through DNS rebinding
+                self.send_error(403, "only requests to this machine's loopback names are served")
+            elif len(self.path) > MAX_PATH:
                 self.send_error(414, f"the path is longer than {MAX_PATH} bytes")
-            elif (self.headers.get("Content-Length", "0") != "0"
-                  or "Transfer-Encoding" in self.headers):
+            elif (
+                self.headers.get("Content-Length", "0") != "0"
+                or "Transfer-Encoding" in self.headers
+            ):
                 self.send_error(413, "a GET for the page carries no body")
             elif self.path.split("?")[0] not in ("/", "/explorer.html", "/index.html"):
                 self.send_error(404, "only the explorer page is served here")
@@ -38,6 +58,8 @@ def make_server(page: bytes, port: int) -> http.server.ThreadingHTTPServer:
                 self.send_header("Content-Length", str(len(page)))
                 self.send_header("Cache-Control", "no-store")
                 self.send_header("X-Content-Type-Options", "nosniff")
+                self.send_header("Content-Security-Policy", "frame-ancestors 'none'")
+                self.send_header("X-Frame-Options", "DENY")
                 self.end_headers()
                 self.wfile.write(page)
 
@@ -55,10 +77,14 @@ def make_server(page: bytes, port: int) -> http.server.ThreadingHTTPServer:
             pass
 
     try:
-        return http.server.ThreadingHTTPServer(("127.0.0.1", port), Page)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Page)
     except OSError as exc:
-        raise FlatformerError(f"cannot serve on 127.0.0.1:{port} ({exc.strerror}); "
-                              f"choose another --port") from None
+        raise FlatformerError(
+            f"cannot serve on 127.0.0.1:{port} ({exc.strerror}); choose another --port"
+        ) from None
+    bound = server.server_address[1]
+    hosts.update(f"{name}:{bound}" for name in ("127.0.0.1", "localhost"))
+    return server
 
 
 @app.command()
@@ -69,7 +95,8 @@ def explore(
     serve: bool = typer.Option(False, "--serve", help="Also serve it on 127.0.0.1."),
     port: int = typer.Option(8000, help="Port for --serve, 0..65535 (0: any free port)."),
     checkpoints: Optional[int] = typer.Option(
-        None, help="Checkpoints carried for the slider [all, at most 201; fewer for big models]."),
+        None, help="Checkpoints carried for the slider [all, at most 201; fewer for big models]."
+    ),
 ):
     """Write the live explorer: one offline HTML file that recomputes every number in the browser."""
     from ..explorer.export import export_run
@@ -79,18 +106,18 @@ def explore(
     if serve:
         limits.port(port)
     loaded = load_run(run)
+    if loaded.cfg.n_params > PAGE_MAX_PARAMS:
+        raise FlatformerError(
+            f"{run}: {loaded.cfg.n_params:,} parameters, more than the explorer page carries "
+            f"({PAGE_MAX_PARAMS:,}); flatformer analyze, circuits, figures and generate work on it"
+        )
     target = limits.output_file(out_file or Path(run) / "explorer.html", "--out")
     data = export_run(loaded, step, checkpoints)
     page = page_html(data).encode("utf-8")
     atomic_write(target, page)
-    out.print(f"{target}: step {data['step']}, {len(data['steps'])} checkpoints, "
-              f"{len(page) / 1e6:.1f} MB (works offline: open it in a browser)")
+    out.print(
+        f"{target}: step {data['step']}, {len(data['steps'])} checkpoints, "
+        f"{len(page) / 1e6:.1f} MB (works offline: open it in a browser)"
+    )
     if serve:
-        server = make_server(page, port)
-        out.print(f"serving http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C to stop)")
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.server_close()
+        serve_page(page, port)

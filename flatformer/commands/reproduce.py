@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .app import ProgressDisplay, app, console
+from .app import ProgressDisplay, app, console, out
 
 
 class StagedDisplay(ProgressDisplay):
@@ -16,26 +16,32 @@ class StagedDisplay(ProgressDisplay):
     def __call__(self, stage: str, i: int, n: int, message: str):
         if stage == "reproduce":
             self.close()
-            console.rule(f"[bold]{i}/{n} {message.split(':')[0]}[/]:"
-                         f"{message.partition(':')[2]}", align="left")
+            console.rule(
+                f"[bold]{i}/{n} {message.split(':')[0]}[/]:{message.partition(':')[2]}",
+                align="left",
+            )
             return
         super().__call__(stage, i, n, message)
 
 
 @app.command()
-def reproduce(task: str = typer.Option("plus-last-even", help="Task name."),
-              preset_name: Optional[str] = typer.Option(None, "--preset", help="Preset [task's]."),
-              out_dir: Path = typer.Option(Path("runs/reproduce"), "--out", help="Output folder."),
-              force: bool = typer.Option(False, help="Replace a different run in --out."),
-              sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model "
-                                                        "or recipe field, as for train.")):
+def reproduce(
+    task: str = typer.Option("plus-last-even", help="Task name."),
+    preset_name: Optional[str] = typer.Option(None, "--preset", help="Preset [task's]."),
+    out_dir: Path = typer.Option(Path("runs/reproduce"), "--out", help="Output folder."),
+    force: bool = typer.Option(False, help="Replace a different run in --out."),
+    sets: Optional[List[str]] = typer.Option(
+        None, "--set", help="Override a model or recipe field, as for train."
+    ),
+):
     """The main job: train the paper's model, draw its figures and movies, write the explorer,
     the analysis and DIR/report.html. Re-running resumes the same run."""
     from ..jobs import parse_sets
     from ..reproduce import reproduce as run_all
+
     with StagedDisplay() as progress:
         done = run_all(task, preset_name, out_dir, force, progress, parse_sets(sets))
     for message in done.skipped:
         console.print(message, markup=False, highlight=False)
-    for line in done.summary:
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for line in done.summary:  # the result: on stdout, so `reproduce > log` keeps it
+        out.print(line, markup=False, highlight=False, soft_wrap=True)

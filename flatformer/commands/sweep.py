@@ -19,20 +19,29 @@ from .app import app, out, progress_display
 def sweep(
     sweep_file: Path = typer.Argument(..., help="A sweep file (TOML); see examples/sweep.toml."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Sweep folder [runs/FILE-STEM]."),
-    workers: Optional[int] = typer.Option(None, help="Local processes [number of cores]; with "
-                                          "--ray auto, the local instance's CPUs."),
-    ray: Optional[str] = typer.Option(None, "--ray", help="Run the jobs as Ray tasks: a "
-                                      "cluster's HEAD:6379, or auto for a local instance."),
+    workers: Optional[int] = typer.Option(
+        None, help="Local processes [number of cores]; with --ray auto, the local instance's CPUs."
+    ),
+    ray: Optional[str] = typer.Option(
+        None,
+        "--ray",
+        help="Run the jobs as Ray tasks: a cluster's HEAD:6379, or auto for a local instance.",
+    ),
 ):
     """Train every job of a sweep (tasks x presets x recipes x sets, each over the seed range),
     skipping finished ones; write DIR/results.csv and print a summary per configuration."""
     from ..sweep import expand, load_sweep, run_sweep, summarize
+
     folder = out_dir or Path("runs") / sweep_file.stem
     jobs = expand(load_sweep(sweep_file), folder)
     n_seeds = sum(j["seeds"][1] - j["seeds"][0] + 1 for j in jobs)
-    progress = progress_display(TextColumn("{task.description:<6}"), BarColumn(bar_width=None),
-                                MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                                TimeElapsedColumn())
+    progress = progress_display(
+        TextColumn("{task.description:<6}"),
+        BarColumn(bar_width=None),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+    )
     job_bar = progress.add_task("jobs", total=len(jobs), info="")
     seed_bar = progress.add_task("seeds", total=n_seeds, info="")
     counts = {"skipped": 0, "trained": 0, "failed": 0}
@@ -47,10 +56,21 @@ def sweep(
         progress.advance(seed_bar, job["seeds"][1] - job["seeds"][0] + 1)
         progress.update(job_bar, info=", ".join(f"{v} {k}" for k, v in counts.items() if v))
         if status == "failed":
-            progress.console.print(f"{job['name']}: {result['error']}", markup=False,
-                                   highlight=False)
+            progress.console.print(
+                f"{job['name']}: {result['error']}", markup=False, highlight=False
+            )
+
     try:
-        rows, failed = run_sweep(sweep_file, folder, workers, ray, advance)
+        rows, failed = run_sweep(
+            sweep_file,
+            folder,
+            workers,
+            ray,
+            advance,
+            note=lambda line: progress.console.print(
+                line, markup=False, highlight=False, soft_wrap=True
+            ),
+        )
     finally:
         progress.stop()
     summary = summarize(rows)
@@ -65,16 +85,27 @@ def sweep(
         table.add_column(heading, no_wrap=True)
     table.add_column("overrides", overflow="fold", min_width=9)  # the one that may wrap
     for heading in ("learned", "median\nrule err", "worst\nrule err", "s"):
-        table.add_column(heading, justify="right", no_wrap=True,
-                         min_width=max(map(len, heading.split("\n"))))
+        table.add_column(
+            heading, justify="right", no_wrap=True, min_width=max(map(len, heading.split("\n")))
+        )
     for c in summary:
-        table.add_row(c["task"], c["preset"], c["recipe"],
-                      " ".join(o for o in c["overrides"].split() if o not in shared),
-                      f"{c['learned']}/{c['seeds']}", f"{c['median_rule_error']:.1%}",
-                      f"{c['worst_rule_error']:.1%}", f"{c['seconds']:.1f}")
+        table.add_row(
+            c["task"],
+            c["preset"],
+            c["recipe"],
+            " ".join(o for o in c["overrides"].split() if o not in shared),
+            f"{c['learned']}/{c['seeds']}",
+            f"{c['median_rule_error']:.1%}",
+            f"{c['worst_rule_error']:.1%}",
+            f"{c['seconds']:.1f}",
+        )
     out.print(table)
-    out.print(f"{folder / 'results.csv'}: {len(rows)} seeds in {len(jobs)} jobs "
-              f"({counts['trained']} trained now, {counts['skipped']} finished before)")
+    out.print(
+        f"{folder / 'results.csv'}: {len(rows)} seeds in {len(jobs)} jobs "
+        f"({counts['trained']} trained now, {counts['skipped']} finished before)"
+    )
     if failed:
-        raise FlatformerError(f"{len(failed)} of {len(jobs)} jobs failed (rerun the sweep to "
-                              f"retry them); first: {failed[0]}")
+        raise FlatformerError(
+            f"{len(failed)} of {len(jobs)} jobs failed (rerun the sweep to "
+            f"retry them); first: {failed[0]}"
+        )

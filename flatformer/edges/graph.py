@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import LN_EPS
-from ..model import activation, activation_grad, causal_mask
+from ..engine.model import activation, activation_grad, causal_mask
 from ..transformer import Transformer
-
 
 
 def _ln(x, w, b):
@@ -42,8 +41,9 @@ def _ln(x, w, b):
 
 def _ln_backward(dy, x_hat, scale, w):
     dx_hat = dy * w
-    return (dx_hat - dx_hat.mean(-1, keepdims=True)
-            - x_hat * (dx_hat * x_hat).mean(-1, keepdims=True)) / scale
+    return (
+        dx_hat - dx_hat.mean(-1, keepdims=True) - x_hat * (dx_hat * x_hat).mean(-1, keepdims=True)
+    ) / scale
 
 
 @dataclass
@@ -53,10 +53,10 @@ class Trace:
     masks: np.ndarray
     refs: dict
     edge_refs: dict = field(default_factory=dict)  # edge index -> its own ablated value
-    outs: dict = field(default_factory=dict)     # sender -> output (E or 1, B, T, d)
-    saved: dict = field(default_factory=dict)    # node -> intermediates
-    shape: tuple = ()                           # (E, B, T, d)
-    positions: tuple | None = None              # (rows, index) the logits were read at
+    outs: dict = field(default_factory=dict)  # sender -> output (E or 1, B, T, d)
+    saved: dict = field(default_factory=dict)  # node -> intermediates
+    shape: tuple = ()  # (E, B, T, d)
+    positions: tuple | None = None  # (rows, index) the logits were read at
 
 
 class EdgeGraph:
@@ -83,13 +83,32 @@ class EdgeGraph:
         edges += [(s, "logits") for s in senders]
         self.senders, self.receivers, self.edges = senders, receivers, edges
         self.nodes = senders + ["logits"]
+        # The attention output biases b_O (imported models) belong to no head: they are in the
+        # stream whatever is ablated, so each receiver reads the sum of those before it.
+        self.bias_before = {r: self._bias_before(r) for r in receivers}
         self.into = {r: [(e, s) for e, (s, d) in enumerate(edges) if d == r] for r in receivers}
+
+    def _bias_before(self, r: str):
+        node = self.node_of(r)
+        layers = (
+            self.cfg.n_layers
+            if node == "logits"
+            else int(node[1:].split(".")[0]) + (node[0] == "m")
+        )
+        biases = [
+            self.t[f"blocks.{L}.attn.b_O"]
+            for L in range(layers)
+            if f"blocks.{L}.attn.b_O" in self.t
+        ]
+        return sum(biases) if biases else None
 
     @property
     def n_edges(self) -> int:
+        """How many edges the graph has: the length of every mask row."""
         return len(self.edges)
 
     def edge_index(self, src: str, dst: str) -> int:
+        """The position of edge (`src`, `dst`) in `edges`, and so in every mask row."""
         return self.edges.index((src, dst))
 
     @staticmethod
@@ -110,19 +129,20 @@ class EdgeGraph:
         only the outputs that differ between variants take passes over the whole array."""
         E, B, T, d = tr.shape
 
-        def part(a):   # broadcast to (1 or E, B, T, d); at `at`: (1 or E, B, d)
+        def part(a):  # broadcast to (1 or E, B, T, d); at `at`: (1 or E, B, d)
             a = np.asarray(a)
             a = np.broadcast_to(a, (a.shape[0] if a.ndim == 4 else 1, B, T, d))
             return a if at is None else a[:, at[0], at[1]]
 
-        base, edges, terms, varying = 0.0, [], [], []
-        for e, s in self.into[r]:   # the ablated values are the same in every variant
+        bias = self.bias_before[r]
+        base, edges, terms, varying = (0.0 if bias is None else bias), [], [], []
+        for e, s in self.into[r]:  # the ablated values are the same in every variant
             ref, out = part(tr.edge_refs.get(e, tr.refs[s])), part(tr.outs[s])
             base = base + ref
             edges.append(e)
             if out.shape[0] == 1:
                 terms.append((out - ref).reshape(-1))
-            else:                   # mask (out - ref) as mask out - mask ref
+            else:  # mask (out - ref) as mask out - mask ref
                 terms.append(-ref.reshape(-1))
                 varying.append((e, out))
         shape = (E, B, T, d) if at is None else (E, B, d)
@@ -133,8 +153,9 @@ class EdgeGraph:
             x += np.multiply(out, tr.masks[:, e].reshape(E, *[1] * (len(shape) - 1)), out=scratch)
         return x
 
-    def forward(self, tokens, refs: dict, masks, positions=None,
-                edge_refs: dict | None = None) -> tuple[np.ndarray, Trace]:
+    def forward(
+        self, tokens, refs: dict, masks, positions=None, edge_refs: dict | None = None
+    ) -> tuple[np.ndarray, Trace]:
         """Logits of E variants: (E, B, T, V), or (E, B, V) at `positions` = (rows, index).
 
         `tokens` (B, T); `refs` maps every sender to its ablated output, broadcastable to
@@ -160,7 +181,7 @@ class EdgeGraph:
                 for kind in "qkv":
                     x = self._read(f"{head}.{kind}", tr, at if kind == "q" else None)
                     if kind == "q" and at is not None:
-                        x = x[:, :, None]                    # (E, B, 1, d): one query each
+                        x = x[:, :, None]  # (E, B, 1, d): one query each
                     if cfg.normalization == "pre_ln":
                         saved["ln_" + kind] = _ln(x, t[b + "ln1.w"], t[b + "ln1.b"])
                         x = saved["ln_" + kind][2]
@@ -224,7 +245,7 @@ class EdgeGraph:
         if cfg.attn_out:
             return z @ self.t[f"blocks.{L}.attn.W_O"][h]
         out = np.zeros((*z.shape[:-1], cfg.d_model))
-        out[..., h * cfg.d_head:(h + 1) * cfg.d_head] = z
+        out[..., h * cfg.d_head : (h + 1) * cfg.d_head] = z
         return out
 
     def backward(self, tr: Trace, dlogits) -> tuple[dict, np.ndarray]:
@@ -273,7 +294,7 @@ class EdgeGraph:
                 if cfg.attn_out:
                     dz = dy @ t[b + "attn.W_O"][h].T
                 else:
-                    dz = dy[..., h * dh:(h + 1) * dh]
+                    dz = dy[..., h * dh : (h + 1) * dh]
                 q, k, v, pattern = saved["q"], saved["k"], saved["v"], saved["pattern"]
                 dpattern = dz @ v.swapaxes(-1, -2)
                 dv = pattern.swapaxes(-1, -2) @ dz

@@ -61,8 +61,9 @@ class Problem:
             return log_softmax(logits)[:, self.rows, self.target].mean(1)
         if self.metric == "kl":
             return knob_kl(self.clean_logits, logits).mean(1)
-        return (logits[:, self.rows, self.target]
-                - logits[:, self.rows, self.corrupt_target]).mean(1)
+        return (logits[:, self.rows, self.target] - logits[:, self.rows, self.corrupt_target]).mean(
+            1
+        )
 
     def value_grad(self, logits) -> np.ndarray:
         """d value / d logits, (E, B, V)."""
@@ -77,8 +78,12 @@ class Problem:
     def evaluate(self, masks, **kw) -> np.ndarray:
         """The metric of every mask row (E, n_edges) -> (E,)."""
         masks = np.atleast_2d(masks)
-        return np.concatenate([self.value(self.logits(masks[i:i + CHUNK], **kw))
-                               for i in range(0, len(masks), CHUNK)])
+        return np.concatenate(
+            [
+                self.value(self.logits(masks[i : i + CHUNK], **kw))
+                for i in range(0, len(masks), CHUNK)
+            ]
+        )
 
     @property
     def worse(self) -> float:
@@ -107,40 +112,59 @@ def sender_outputs(graph: EdgeGraph, tokens) -> dict:
     return {s: np.broadcast_to(out, trace.shape)[0] for s, out in trace.outs.items()}
 
 
-def build_problem(model: Transformer, task, data: TaskData, ablation: str = "mean",
-                  metric: str | None = None, n_prompts: int = 200, seed: int = 0) -> Problem:
+def build_problem(
+    model: Transformer,
+    task,
+    data: TaskData,
+    ablation: str = "mean",
+    metric: str | None = None,
+    n_prompts: int = 200,
+    seed: int = 0,
+    examples=None,
+) -> Problem:
     """The problem a user asks for: `ablation` mean (each sender's output averaged over the
     held-out windows of `readout.reference_windows`, per position), resample (its output on the corrupted prompt) or
     zero; `metric` logprob (default when the task forces targets), kl, or logit-diff."""
     if ablation not in ABLATIONS:
         raise FlatformerError(f"--ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
-    forced = bool((data.rule_targets >= 0).any())
+    forced = examples is not None or bool((data.rule_targets >= 0).any())
     metric = metric or ("logprob" if forced else "kl")
     if metric not in METRICS:
         raise FlatformerError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
     graph = EdgeGraph(model)
-    tokens, index, target = prompts_for(task, data, n_prompts)
+    if examples is not None:  # a prompts file (flatformer.prompts.read_examples)
+        tokens, index, target, *given = examples
+    else:
+        tokens, index, target = prompts_for(task, data, n_prompts)
     if not len(tokens):
         raise FlatformerError("no held-out windows to measure circuits on")
     corrupt = corrupt_target = None
     if ablation == "resample" or metric == "logit-diff":
-        made = task.corrupt(tokens, index, np.random.default_rng(seed)) if forced else None
+        if examples is not None:
+            made = None if given[0] is None else tuple(given)
+        else:
+            made = task.corrupt(tokens, index, np.random.default_rng(seed)) if forced else None
         if made is None:
-            raise FlatformerError(f"the task {task.name} declares no corruption, which "
-                                  f"{'resample ablation' if ablation == 'resample' else 'the logit-diff metric'}"
-                                  f" needs; use --ablation mean or zero and --metric logprob or kl")
+            raise FlatformerError(
+                f"the task {task.name} declares no corruption, which "
+                f"{'resample ablation' if ablation == 'resample' else 'the logit-diff metric'}"
+                f" needs; use --ablation mean or zero and --metric logprob or kl"
+            )
         corrupt, corrupt_target = made
     if ablation == "zero":
         refs = graph.zero_refs()
     elif ablation == "mean":
-        refs = {s: out.mean(0) for s, out in sender_outputs(graph, reference_windows(data))
-                .items()}
+        T = tokens.shape[1]  # prompts from a file may be shorter than the context
+        refs = {
+            s: out.mean(0)[:T] for s, out in sender_outputs(graph, reference_windows(data)).items()
+        }
     else:
         refs = sender_outputs(graph, corrupt)
     return Problem(graph, tokens, index, target, corrupt, corrupt_target, refs, metric, ablation)
 
 
 # ---- exact effects and path patching ------------------------------------------------------
+
 
 def exact_effects(problem: Problem) -> tuple[np.ndarray, float]:
     """Every edge ablated alone: metric(edge ablated) - metric(clean), (n_edges,); and the
@@ -169,8 +193,10 @@ def path_patch(problem: Problem, path: list[tuple[str, str]]) -> float:
             raise FlatformerError(f"no edge {edge[0]} -> {edge[1]} in this model")
     for (_, dst), (src, _) in zip(path, path[1:]):
         if graph.node_of(dst) != src:
-            raise FlatformerError(f"the path breaks: an edge ends at {graph.node_of(dst)} but "
-                                  f"the next one starts at {src}")
+            raise FlatformerError(
+                f"the path breaks: an edge ends at {graph.node_of(dst)} but "
+                f"the next one starts at {src}"
+            )
     clean = sender_outputs(graph, problem.tokens)
     inner = {graph.node_of(dst) for _, dst in path[:-1]}
     ids = [graph.edges.index(e) for e in path]
@@ -179,12 +205,17 @@ def path_patch(problem: Problem, path: list[tuple[str, str]]) -> float:
     masks[ids[0]] = 0.0
     first = path[0][0]
     patched = problem.graph.forward(
-        problem.tokens, clean, masks[None], problem.positions,
-        edge_refs={ids[0]: sender_outputs(graph, problem.corrupt)[first]})[0]
+        problem.tokens,
+        clean,
+        masks[None],
+        problem.positions,
+        edge_refs={ids[0]: sender_outputs(graph, problem.corrupt)[first]},
+    )[0]
     return float(problem.value(patched)[0] - problem.value(problem.clean_logits[None])[0])
 
 
 # ---- fast methods ------------------------------------------------------------------------
+
 
 def eap(problem: Problem) -> np.ndarray:
     """Edge attribution patching (Syed et al. 2023, "Attribution Patching Outperforms Automated
@@ -207,7 +238,7 @@ def eap_ig(problem: Problem, steps: int = 5) -> np.ndarray:
     alphas = np.arange(1, steps + 1) / steps
     total = {r: 0.0 for r in graph.receivers}
     for i in range(0, steps, CHUNK):
-        masks = alphas[i:i + CHUNK, None] * np.ones((1, graph.n_edges))
+        masks = alphas[i : i + CHUNK, None] * np.ones((1, graph.n_edges))
         logits, trace = graph.forward(problem.tokens, problem.refs, masks, problem.positions)
         grads, _ = graph.backward(trace, problem.value_grad(logits))
         for r in graph.receivers:
@@ -231,8 +262,9 @@ def acdc(problem: Problem, tau: float) -> tuple[np.ndarray, np.ndarray]:
     current = problem.evaluate(keep)[0]
     for r in reversed(graph.receivers):
         node = graph.node_of(r)
-        if node != "logits" and not any(keep[e] for e, (s, _) in enumerate(graph.edges)
-                                        if s == node):
+        if node != "logits" and not any(
+            keep[e] for e, (s, _) in enumerate(graph.edges) if s == node
+        ):
             for e, _ in graph.into[r]:
                 keep[e] = 0.0
             continue
@@ -249,6 +281,7 @@ def acdc(problem: Problem, tau: float) -> tuple[np.ndarray, np.ndarray]:
 
 # ---- the circuit ---------------------------------------------------------------------------
 
+
 def faithfulness(problem: Problem, masks) -> np.ndarray:
     """(metric with only the kept edges - metric with every edge ablated) / (clean metric -
     metric with every edge ablated), per mask row: 1 = the circuit alone does what the model
@@ -262,8 +295,9 @@ def faithfulness(problem: Problem, masks) -> np.ndarray:
     return (problem.evaluate(masks) - ends[1]) / gap
 
 
-def greedy_circuit(problem: Problem, effects: np.ndarray, target: float = 0.95,
-                   tolerance: float = 0.01) -> np.ndarray:
+def greedy_circuit(
+    problem: Problem, effects: np.ndarray, target: float = 0.95, tolerance: float = 0.01
+) -> np.ndarray:
     """The smallest prefix of the edges ranked by |exact effect| whose faithfulness reaches
     `target`, then pruned: while some edge can go with faithfulness staying >= target and
     falling by at most `tolerance`, the one whose removal costs least goes. Returns the mask."""
@@ -302,6 +336,7 @@ def drop_losses(problem: Problem, keep: np.ndarray) -> np.ndarray:
 
 # ---- scoring a method against the exact effects -------------------------------------------
 
+
 def rank(x: np.ndarray) -> np.ndarray:
     """Ranks from 1, ties given their average rank."""
     x = np.asarray(x, dtype=float)
@@ -313,7 +348,7 @@ def rank(x: np.ndarray) -> np.ndarray:
         j = i
         while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
             j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
         i = j + 1
     return ranks
 
@@ -351,9 +386,15 @@ def _num(x):
     return None if np.isnan(x) else x
 
 
-def find_circuits(problem: Problem, methods=METHODS, target: float = 0.95,
-                  tolerance: float = 0.01, tau: float | None = None, ig_steps: int = 5,
-                  progress=None) -> dict:
+def find_circuits(
+    problem: Problem,
+    methods=METHODS,
+    target: float = 0.95,
+    tolerance: float = 0.01,
+    tau: float | None = None,
+    ig_steps: int = 5,
+    progress=None,
+) -> dict:
     """Exact effects, the greedy circuit and every requested fast method scored against them:
     the JSON-ready report of `flatformer circuits`. `tau` (ACDC's threshold) defaults to 1% of
     the gap between the clean and the fully ablated metric. `progress(name)` is called before
@@ -373,8 +414,7 @@ def find_circuits(problem: Problem, methods=METHODS, target: float = 0.95,
     truth = keep.astype(bool)
     losses = drop_losses(problem, keep)
     estimates, report_methods = {}, {"exact": {"seconds": exact_seconds}}
-    for name, fn in (("eap", lambda: eap(problem)),
-                     ("eap-ig", lambda: eap_ig(problem, ig_steps))):
+    for name, fn in (("eap", lambda: eap(problem)), ("eap-ig", lambda: eap_ig(problem, ig_steps))):
         if name in methods:
             say(name)
             start = time.perf_counter()
@@ -384,18 +424,21 @@ def find_circuits(problem: Problem, methods=METHODS, target: float = 0.95,
             report_methods[key] = {
                 "auc": _num(roc_auc(np.abs(scores), truth)),
                 "spearman": _num(spearman(scores, rounding_to_zero(effects))),
-                "seconds": time.perf_counter() - start}
+                "seconds": time.perf_counter() - start,
+            }
     if "acdc" in methods:
         say("acdc")
         tau = 0.01 * abs(clean - ablated) if tau is None else tau
         start = time.perf_counter()
         acdc_keep, acdc_scores = acdc(problem, tau)
         report_methods["acdc"] = {
-            "auc": _num(roc_auc(acdc_scores, truth)), "tau": tau,
+            "auc": _num(roc_auc(acdc_scores, truth)),
+            "tau": tau,
             "edges_kept": int(acdc_keep.sum()),
             "faithfulness": _num(faithfulness(problem, acdc_keep)[0]),
             "edges": [list(graph.edges[e]) for e in np.flatnonzero(acdc_keep)],
-            "seconds": time.perf_counter() - start}
+            "seconds": time.perf_counter() - start,
+        }
     edges = []
     for e, (src, dst) in enumerate(graph.edges):
         row = {"src": src, "dst": dst, "exact": float(effects[e])}
@@ -405,14 +448,25 @@ def find_circuits(problem: Problem, methods=METHODS, target: float = 0.95,
         edges.append(row)
     kept = np.flatnonzero(keep)
     return {
-        "metric": problem.metric, "ablation": problem.ablation, "prompts": len(problem.tokens),
-        "clean_metric": clean, "ablated_metric": ablated, "nodes": graph.nodes,
-        "edges": edges, "methods": report_methods,
-        "circuit": {"edges": [list(graph.edges[e]) for e in kept], "edges_kept": int(len(kept)),
-                    "edges_total": n, "faithfulness": _num(faithfulness(problem, keep)[0]),
-                    "target": target, "tolerance": tolerance,
-                    "drop_losses": [float(x) for x in losses],
-                    "minimal": bool((losses > tolerance).all())}}
+        "metric": problem.metric,
+        "ablation": problem.ablation,
+        "prompts": len(problem.tokens),
+        "clean_metric": clean,
+        "ablated_metric": ablated,
+        "nodes": graph.nodes,
+        "edges": edges,
+        "methods": report_methods,
+        "circuit": {
+            "edges": [list(graph.edges[e]) for e in kept],
+            "edges_kept": int(len(kept)),
+            "edges_total": n,
+            "faithfulness": _num(faithfulness(problem, keep)[0]),
+            "target": target,
+            "tolerance": tolerance,
+            "drop_losses": [float(x) for x in losses],
+            "minimal": bool((losses > tolerance).all()),
+        },
+    }
 
 
 def shown_circuit(model: Transformer, task, data: TaskData) -> dict:

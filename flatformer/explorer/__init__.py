@@ -17,9 +17,15 @@ from .export import export_model, export_run
 from .page import iframe_html, page_html
 
 
-def render_html(run: Run | str | Path | Transformer, step: int | None = None, inline: bool = False,
-                *, vocab: list[str] | None = None, max_checkpoints: int | None = None,
-                height: int = 900) -> str:
+def render_html(
+    run: Run | str | Path | Transformer,
+    step: int | None = None,
+    inline: bool = False,
+    *,
+    vocab: list[str] | None = None,
+    max_checkpoints: int | None = None,
+    height: int = 900,
+) -> str:
     """The explorer page for a run (or an in-memory `Transformer` with `vocab`).
 
     `step` is the checkpoint it opens at (default: the last). With `inline=True` the page comes
@@ -29,6 +35,7 @@ def render_html(run: Run | str | Path | Transformer, step: int | None = None, in
     if isinstance(run, Transformer):
         if vocab is None:
             from ..errors import FlatformerError
+
             raise FlatformerError("render_html of a model needs its vocab")
         data = export_model(run, vocab, step=step or 0)
     else:

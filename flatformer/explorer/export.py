@@ -1,7 +1,9 @@
 """Everything the explorer page needs, as one deterministic JSON-ready dict.
 
 Weights travel as base64 of little-endian float64 bytes: exact (the page computes in float64
-too) and a third the size of decimal text. Every checkpoint goes along, or an evenly spaced
+too) and a third the size of decimal text. An imported float32 model's travel as float32 bytes,
+half that, when every number round-trips exactly (`weights_dtype` says which); the page widens
+them to float64 before computing. Every checkpoint goes along, or an evenly spaced
 subset when there are many, so the page's slider can replay training. The reference logits are
 computed here by the NumPy engine; the page recomputes them on every load and shows the worst
 difference, so a page that disagrees with Python cannot go unnoticed. The measures the page
@@ -21,24 +23,40 @@ from ..analysis.circuits import TOP_K
 from ..config import ModelConfig
 from ..data import TaskData, evenly_spaced
 from ..errors import FlatformerError
-from ..model import Params
+from ..engine.model import Params, hook_names
 from ..readout import BETAS, KL_DIRECTION, reference_windows
 from ..runs import Run, load_run
 from ..transformer import Transformer
 
 FORMAT = "flatformer-explorer-1"
 MIN_PROMPTS = 9
-MAX_CHECKPOINTS = 201        # the paper's 200 frames plus step 0
-NUMBER_BUDGET = 250_000      # weights carried at most (2 MB of float64) unless asked otherwise
+MAX_CHECKPOINTS = 201  # the paper's 200 frames plus step 0
+NUMBER_BUDGET = 250_000  # weights carried at most (2 MB of float64) unless asked otherwise
 
 
-def pack(array: np.ndarray) -> str:
-    """Base64 of the array's float64 little-endian bytes, in C order."""
-    return base64.b64encode(np.ascontiguousarray(array, dtype="<f8").tobytes()).decode("ascii")
+DTYPES = {"float64": "<f8", "float32": "<f4"}
 
 
-def unpack(text: str) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), dtype="<f8")
+def pack(array: np.ndarray, dtype: str = "float64") -> str:
+    """Base64 of the array's little-endian bytes (float64, or float32), in C order."""
+    return base64.b64encode(np.ascontiguousarray(array, dtype=DTYPES[dtype]).tobytes()).decode()
+
+
+def unpack(text: str, dtype: str = "float64") -> np.ndarray:
+    """The float64 numbers `pack` wrote (float32 ones widened, exactly)."""
+    return np.frombuffer(base64.b64decode(text), dtype=DTYPES[dtype]).astype(np.float64)
+
+
+def weights_of(data: dict) -> np.ndarray:
+    """The page data's weights as float64, whichever width they travel in."""
+    return unpack(data["weights"], data.get("weights_dtype", "float64"))
+
+
+def fits_float32(weights: np.ndarray) -> bool:
+    """True when every number survives float32 bit for bit (the source was float32 and
+    nothing since has used the extra precision)."""
+    with np.errstate(over="ignore"):
+        return bool(np.array_equal(weights.astype(np.float32).astype(np.float64), weights))
 
 
 def pick_steps(steps: list[int], keep: int, must: int) -> list[int]:
@@ -62,9 +80,9 @@ def reference_prompts(d_vocab: int, n_ctx: int, demo: list[int] | None = None) -
     while len(stream) < n_full * n_ctx + n_ctx:
         stream += rng.permutation(d_vocab).tolist()
     for i in range(n_full):
-        prompts.append(stream[i * n_ctx:(i + 1) * n_ctx])
+        prompts.append(stream[i * n_ctx : (i + 1) * n_ctx])
     short = max(1, n_ctx // 2)
-    prompts.append(stream[n_full * n_ctx:n_full * n_ctx + short])
+    prompts.append(stream[n_full * n_ctx : n_full * n_ctx + short])
     return [[int(t) for t in p] for p in prompts]
 
 
@@ -77,8 +95,9 @@ def flat_weights(cfg: ModelConfig, tensors: dict[str, np.ndarray]) -> np.ndarray
 def check_vocab(cfg: ModelConfig, vocab: list[str]) -> list[str]:
     vocab = [str(v) for v in vocab]
     if len(vocab) != cfg.d_vocab:
-        raise FlatformerError(f"vocabulary has {len(vocab)} words but the model reads "
-                              f"{cfg.d_vocab}")
+        raise FlatformerError(
+            f"vocabulary has {len(vocab)} words but the model reads {cfg.d_vocab}"
+        )
     if len(set(vocab)) != len(vocab):
         raise FlatformerError("vocabulary words must be distinct")
     if any(not v.strip() for v in vocab):
@@ -95,26 +114,41 @@ def encode_demo(text: str, vocab: list[str], n_ctx: int) -> list[int] | None:
     return [index[w] for w in words]
 
 
-def build_export(cfg: ModelConfig, vocab: list[str], checkpoints: list[tuple[int, dict]],
-                 step: int, *, title: str, task: str | None = None, preset: str | None = None,
-                 demo: str = "", focus: str = "", metrics: list[dict] | None = None,
-                 mean_windows: np.ndarray | None = None) -> dict:
+def build_export(
+    cfg: ModelConfig,
+    vocab: list[str],
+    checkpoints: list[tuple[int, dict]],
+    step: int,
+    *,
+    title: str,
+    task: str | None = None,
+    preset: str | None = None,
+    demo: str = "",
+    focus: str = "",
+    metrics: list[dict] | None = None,
+    mean_windows: np.ndarray | None = None,
+    float32: bool = False,
+) -> dict:
     """The page's data for checkpoints [(step, tensors)], ascending, showing `step` first.
 
     `mean_windows` are the held-out windows mean ablation averages over (the analysis's own,
-    `readout.reference_windows`); without them the page offers no mean ablation."""
+    `readout.reference_windows`); without them the page offers no mean ablation. With `float32`
+    (a float32 source) the weights travel as float32 if every one fits it exactly."""
     vocab = check_vocab(cfg, vocab)
     steps = [s for s, _ in checkpoints]
     if step not in steps:
         raise FlatformerError(f"step {step} is not among the exported checkpoints")
     weights = np.concatenate([flat_weights(cfg, t) for _, t in checkpoints])
+    dtype = "float32" if float32 and fits_float32(weights) else "float64"
     demo_tokens = encode_demo(demo, vocab, cfg.n_ctx)
     prompts = reference_prompts(cfg.d_vocab, cfg.n_ctx, demo_tokens)
     model = Transformer(cfg, dict(checkpoints)[step])
     logits = np.concatenate([model(p)[0].ravel() for p in prompts])
     rows = [m for m in (metrics or []) if "step" in m]
-    curve = {key: [_finite(m.get(key)) for m in rows]
-             for key in ("step", "train_loss", "val_loss", "rule_error")}
+    curve = {
+        key: [_finite(m.get(key)) for m in rows]
+        for key in ("step", "train_loss", "val_loss", "rule_error")
+    }
     return {
         "format": FORMAT,
         "title": title,
@@ -125,16 +159,25 @@ def build_export(cfg: ModelConfig, vocab: list[str], checkpoints: list[tuple[int
         "vocab": vocab,
         "demo": demo_tokens or list(range(min(cfg.n_ctx, cfg.d_vocab))),
         "focus": vocab.index(focus) if focus in vocab else None,
+        # The layout of `weights` and the names of the activations, from their one definition:
+        # the page unpacks by the first and checks its forward pass against the second.
         "tensors": [[name, list(shape)] for name, shape in cfg.param_shapes().items()],
+        "hooks": hook_names(cfg),
         "steps": steps,
         "step": step,
-        "weights": pack(weights),
+        "weights": pack(weights, dtype),
+        "weights_dtype": dtype,
         "metrics": curve,
         "reference": {"step": step, "prompts": prompts, "logits": pack(logits)},
         # One definition of every measure the page shares with `flatformer analyze`.
-        "measures": {"kl": KL_DIRECTION, "betas": list(BETAS), "top_k": TOP_K,
-                     "mean_windows": None if mean_windows is None else
-                     np.asarray(mean_windows).astype(int).tolist()},
+        "measures": {
+            "kl": KL_DIRECTION,
+            "betas": list(BETAS),
+            "top_k": TOP_K,
+            "mean_windows": None
+            if mean_windows is None
+            else np.asarray(mean_windows).astype(int).tolist(),
+        },
     }
 
 
@@ -142,8 +185,9 @@ def _finite(value):
     return value if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def export_run(run: Run | str | Path, step: int | None = None,
-               max_checkpoints: int | None = None) -> dict:
+def export_run(
+    run: Run | str | Path, step: int | None = None, max_checkpoints: int | None = None
+) -> dict:
     """A run's page data: all its checkpoints (or an evenly spaced subset), opening at `step`.
 
     Without `max_checkpoints` at most 201 go along, fewer for big models (about 250,000
@@ -162,13 +206,29 @@ def export_run(run: Run | str | Path, step: int | None = None,
         task_data = run.data()
         windows = reference_windows(task_data)
     except FlatformerError:  # a task this version does not know: the page works without it
-        task, task_name, demo, focus, known, windows = (None, run.config.get("task"), "", "",
-                                                       False, None)
+        task, task_name, demo, focus, known, windows = (
+            None,
+            run.config.get("task"),
+            "",
+            "",
+            False,
+            None,
+        )
     checkpoints = [(s, run.weights(s)) for s in steps]
-    data = build_export(run.cfg, run.vocab, checkpoints, step,
-                        title=Path(run.path).name, task=task_name,
-                        preset=run.config.get("preset"), demo=demo, focus=focus,
-                        metrics=run.metrics, mean_windows=windows)
+    data = build_export(
+        run.cfg,
+        run.vocab,
+        checkpoints,
+        step,
+        title=Path(run.path).name,
+        task=task_name,
+        preset=run.config.get("preset"),
+        demo=demo,
+        focus=focus,
+        metrics=run.metrics,
+        mean_windows=windows,
+        float32=(run.config.get("imported") or {}).get("dtype") == "float32",
+    )
     if known:
         data["circuit"] = circuit_export(run, step, task_data)
     if known and task_name == "modular-addition":
@@ -184,10 +244,15 @@ def circuit_export(run: Run, step: int, data: TaskData) -> dict:
     checkpoint): the circuit `flatformer circuits` finds at `step` (mean ablation, default
     metric)."""
     from ..edges.methods import shown_circuit
+
     found = shown_circuit(run.model(step), run.task, data)
-    return {"step": step, "metric": found["metric"],
-            "edges": found["circuit"]["edges"], "faithfulness": found["circuit"]["faithfulness"],
-            "edges_total": found["circuit"]["edges_total"]}
+    return {
+        "step": step,
+        "metric": found["metric"],
+        "edges": found["circuit"]["edges"],
+        "faithfulness": found["circuit"]["faithfulness"],
+        "edges_total": found["circuit"]["edges_total"],
+    }
 
 
 def key_phase(run: Run, p: int) -> dict:
@@ -195,12 +260,16 @@ def key_phase(run: Run, p: int) -> dict:
     last checkpoint's strongest key frequency (analysis.grokking), one colour per number that
     stays the same while the slider replays training."""
     from ..analysis import grokking as G
+
     weights = run.weights()
     embed = weights["embed.W_E"][:p]
     keys, norms = G.key_frequencies(weights, p), G.spectrum(embed)
     k = max(keys, key=lambda f: norms[f])
-    return {"frequency": int(k), "key_frequencies": keys,
-            "phase": (G.phases_of(embed, k) / (2 * np.pi)).tolist()}
+    return {
+        "frequency": int(k),
+        "key_frequencies": keys,
+        "phase": (G.phases_of(embed, k) / (2 * np.pi)).tolist(),
+    }
 
 
 def induction_scores(cfg: ModelConfig, checkpoints: list[tuple[int, dict]]) -> dict:
@@ -208,14 +277,19 @@ def induction_scores(cfg: ModelConfig, checkpoints: list[tuple[int, dict]]) -> d
     score needs eigenvalues) and shown by the page as they are: {"phase_step", "baseline",
     "steps": {step: {"heads": [...], "composition": {"q", "k", "v"}}}}."""
     from ..analysis.induction import head_scores, induction_score, locate_phase
+
     scores = {s: head_scores(Transformer(cfg, t)) for s, t in checkpoints}
     rising = induction_score(np.array([sc.prefix_matching for sc in scores.values()]))
     baseline = next(iter(scores.values())).baseline
-    return {"phase_step": locate_phase(list(scores), rising), "baseline": baseline,
-            "steps": {str(s): sc.to_json() for s, sc in scores.items()}}
+    return {
+        "phase_step": locate_phase(list(scores), rising),
+        "baseline": baseline,
+        "steps": {str(s): sc.to_json() for s, sc in scores.items()},
+    }
 
 
-def export_model(model: Transformer, vocab: list[str], *, title: str = "model",
-                 demo: str = "", step: int = 0) -> dict:
+def export_model(
+    model: Transformer, vocab: list[str], *, title: str = "model", demo: str = "", step: int = 0
+) -> dict:
     """Page data for one in-memory model (no run folder): a single checkpoint."""
     return build_export(model.cfg, vocab, [(step, model.tensors)], step, title=title, demo=demo)

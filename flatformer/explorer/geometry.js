@@ -1,16 +1,16 @@
 // The geometry views: the embedding plane, the query-key plane with its score field, and the
 // output landscape with each position's e -> z arrow. For d_model = 2 (or d_head = 2) they are
 // the model's own coordinates; otherwise the first two principal components, said so on the page
-// (FlatModel.pca2, readout.plane.fit_plane's definition). `env` gives the config, the vocabulary,
-// the memo cache, the page's current state and (modular-addition) each number's key phase; the
+// (FlatMeasures.pca2, readout.plane.fit_plane's definition). `env` gives the config, the vocabulary,
+// the engine (M: the page's FlatModel, FlatMeasures and FlatEdges), the memo cache, the page's current state and (modular-addition) each number's key phase; the
 // only state kept here is what was last drawn, for `last()`.
 "use strict";
 
 const Geometry = {
   create(env) {
-    const {Plane} = Views, M = FlatModel, fmt = Views.fmt, tokenCss = Views.tokenCss;
+    const {Plane} = Views, M = env.M, fmt = Views.fmt, tokenCss = Views.tokenCss;
     const cfg = env.cfg, V = cfg.d_vocab, L = cfg.n_layers, memo = env.memo;
-    const word = (t) => env.vocab[t];
+    const word = env.word;  // the page's: a token's name cut for display
     // A token's colour: its own, or (modular-addition, when asked) a hue for its key phase.
     const colourOf = (v, a = 1) => {
       const kp = env.keyPhase;

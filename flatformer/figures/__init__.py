@@ -13,7 +13,19 @@ command does. `FIGURES` maps each figure's file name to its pair, in the paper's
 
 from __future__ import annotations
 
-from . import attention, circuit, data, geometry, grokking, induction, landscape, trace
+from . import (
+    attention,
+    circuit,
+    data,
+    geometry,
+    grokking,
+    induction,
+    landscape,
+    trace,
+    trace_attention,
+    trace_values,
+    value_arrows,
+)
 from .compute import NotInPlane
 from .context import FigureContext
 
@@ -35,12 +47,12 @@ FIGURES = {
     "fig10_landscape_summary": _pair(landscape, "landscape_summary"),
     "fig11_trace_embeddings": _pair(trace, "trace_embeddings"),
     "fig12_trace_qk": _pair(trace, "trace_qk"),
-    "fig13_trace_attention": _pair(trace, "trace_attention"),
-    "fig14_trace_values": _pair(trace, "trace_values"),
-    "fig15_trace_nudge": _pair(trace, "trace_nudge"),
+    "fig13_trace_attention": _pair(trace_attention, "trace_attention"),
+    "fig14_trace_values": _pair(trace_values, "trace_values"),
+    "fig15_trace_nudge": _pair(trace_values, "trace_nudge"),
     "supp_qkv_overview": _pair(geometry, "qkv_overview"),
-    "supp_attention_matrices": _pair(trace, "attention_matrices"),
-    "supp_value_arrows": _pair(trace, "value_arrows"),
+    "supp_attention_matrices": _pair(trace_attention, "attention_matrices"),
+    "supp_value_arrows": _pair(value_arrows, "value_arrows"),
     "supp_qkv_dimensions": _pair(geometry, "qkv_dimensions"),
     "supp_qk_full": _pair(attention, "qk_full"),
     "supp_landscape_embeddings": _pair(landscape, "landscape_embeddings"),

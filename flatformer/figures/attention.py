@@ -10,22 +10,31 @@ import numpy as np
 from . import compute as C
 from . import style
 from .context import FigureContext
-from .panels import (cmap, colorbar, field_image, finish, new_figure, plane_axes, styled,
-                     symmetric, token_points)
+from .panels import (
+    cmap,
+    colorbar,
+    field_image,
+    finish,
+    new_figure,
+    plane_axes,
+    styled,
+    symmetric,
+    token_points,
+)
 
 
 @dataclass
 class QKSpace:
     vocab: list[str]
     colors: list[str]
-    queries: np.ndarray         # (V, T, 2) in the joint plane
-    keys: np.ndarray            # (V, T, 2)
+    queries: np.ndarray  # (V, T, 2) in the joint plane
+    keys: np.ndarray  # (V, T, 2)
     plane: C.Plane
-    limits: tuple               # panel (b): the square the field is computed on
-    joint_limits: tuple         # panel (a): fitted to the queries and keys
-    focus: int                  # the focus query's token and position
+    limits: tuple  # panel (b): the square the field is computed on
+    joint_limits: tuple  # panel (a): fitted to the queries and keys
+    focus: int  # the focus query's token and position
     focus_position: int
-    field: C.Field              # q_focus . k / sqrt(dh) over the plane
+    field: C.Field  # q_focus . k / sqrt(dh) over the plane
     note: str
     title: str
 
@@ -40,9 +49,20 @@ def compute_qk_space(ctx: FigureContext, head: int = 0, resolution: int = 160) -
     query = proj.q[ctx.focus, ctx.focus_position, head]
     fld = C.qk_field(query, plane, limits, resolution)
     notes = [ctx.block_note()] + ([] if plane.is_identity else [C.SLICE_NOTE])
-    return QKSpace(ctx.vocab, ctx.colors, q, k, plane, limits, C.fitted_limits(q, k), ctx.focus,
-                   ctx.focus_position,
-                   fld, "; ".join(n for n in notes if n), ctx.title)
+    return QKSpace(
+        ctx.vocab,
+        ctx.colors,
+        q,
+        k,
+        plane,
+        limits,
+        C.fitted_limits(q, k),
+        ctx.focus,
+        ctx.focus_position,
+        fld,
+        "; ".join(n for n in notes if n),
+        ctx.title,
+    )
 
 
 @styled
@@ -51,16 +71,21 @@ def draw_qk_space(data: QKSpace, fig=None):
     ax_joint, ax_focus = fig.subplots(1, 2)
     V, T = data.queries.shape[:2]
     token_points(ax_joint, data.queries, data.colors, data.vocab, label=None, size=9)
-    token_points(ax_joint, data.keys, data.colors, data.vocab, label=None, size=11,
-                 marker="^", hollow=True)
-    style.queue_labels(ax_joint, np.concatenate([data.queries[:, -1], data.keys[:, -1]]),
-                       [("q " + v, None) for v in data.vocab] + [("k " + v, None)
-                                                                 for v in data.vocab],
-                       data.colors * 2, fontsize=5.5)
+    token_points(
+        ax_joint, data.keys, data.colors, data.vocab, label=None, size=11, marker="^", hollow=True
+    )
+    # Queries and keys are labelled apart, so one label never names both kinds.
+    for kind, points in (("q", data.queries), ("k", data.keys)):
+        style.queue_labels(
+            ax_joint,
+            points[:, -1],
+            [(f"{kind} {v}", None) for v in data.vocab],
+            data.colors,
+            fontsize=5.5,
+        )
     plane_axes(ax_joint, data.joint_limits, data.plane, "Q/K")
     ax_joint.scatter([], [], s=9, c="#555555", label="query")
-    ax_joint.scatter([], [], s=11, marker="^", facecolors="none", edgecolors="#555555",
-                     label="key")
+    ax_joint.scatter([], [], s=11, marker="^", facecolors="none", edgecolors="#555555", label="key")
     ax_joint.legend(loc="lower left", frameon=False, handletextpad=0.2)
     ax_joint.set_title("(a) every query and key")
 
@@ -68,20 +93,51 @@ def draw_qk_space(data: QKSpace, fig=None):
     visible = np.arange(T) <= data.focus_position
     keys = data.keys.copy()
     hidden = keys[:, ~visible].reshape(-1, 2)
-    ax_focus.scatter(*hidden.T, s=8, marker="^", facecolors="none",
-                     edgecolors=style.MASKED_COLOR, linewidths=0.5, zorder=2)
+    ax_focus.scatter(
+        *hidden.T,
+        s=8,
+        marker="^",
+        facecolors="none",
+        edgecolors=style.MASKED_COLOR,
+        linewidths=0.5,
+        zorder=2,
+    )
     shown = keys[:, visible]
-    token_points(ax_focus, shown, data.colors, data.vocab, label="all", size=10, marker="^",
-                 edge="white", fontsize=5)
+    token_points(
+        ax_focus,
+        shown,
+        data.colors,
+        data.vocab,
+        label="all",
+        size=10,
+        marker="^",
+        edge="white",
+        fontsize=5,
+    )
     qx, qy = data.queries[data.focus, data.focus_position]
-    ax_focus.scatter([qx], [qy], marker="*", s=90, c=data.colors[data.focus],
-                     edgecolors="white", linewidths=0.6, zorder=6)
-    style.queue_labels(ax_focus, [(qx, qy)], [("query " + data.vocab[data.focus],
-                                               data.focus_position)], ["black"], fontsize=6.5)
+    ax_focus.scatter(
+        [qx],
+        [qy],
+        marker="*",
+        s=90,
+        c=data.colors[data.focus],
+        edgecolors="white",
+        linewidths=0.6,
+        zorder=6,
+    )
+    style.queue_labels(
+        ax_focus,
+        [(qx, qy)],
+        [("query " + data.vocab[data.focus], data.focus_position)],
+        ["black"],
+        fontsize=6.5,
+    )
     plane_axes(ax_focus, data.limits, data.plane, "Q/K")
     colorbar(fig, image, ax_focus, "q · k / √d_head")
-    ax_focus.set_title(f"(b) query {style.point_text(data.vocab[data.focus], data.focus_position)}"
-                       f" and every key (gray: masked)")
+    ax_focus.set_title(
+        f"(b) query {style.point_text(data.vocab[data.focus], data.focus_position)}"
+        f" and every key (gray: masked)"
+    )
     return finish(fig, data.note, f"Query/key space: {data.title}", fontsize=8)
 
 
@@ -89,7 +145,7 @@ def draw_qk_space(data: QKSpace, fig=None):
 class FocusScores:
     vocab: list[str]
     focus: int
-    blocks: np.ndarray          # (V, T, T): [key token, query position, key position], NaN masked
+    blocks: np.ndarray  # (V, T, T): [key token, query position, key position], NaN masked
     note: str
     title: str
 
@@ -97,9 +153,10 @@ class FocusScores:
 def compute_trigger_qk_scores(ctx: FigureContext, head: int = 0) -> FocusScores:
     """Pre-softmax scores of the focus token's queries (every position) against every key,
     one (query position x key position) block per key token."""
-    scores = C.point_scores(ctx.projections, head)                       # (V, T, V, T)
-    return FocusScores(ctx.vocab, ctx.focus, scores[ctx.focus].transpose(1, 0, 2),
-                       ctx.block_note(), ctx.title)
+    scores = C.point_scores(ctx.projections, head)  # (V, T, V, T)
+    return FocusScores(
+        ctx.vocab, ctx.focus, scores[ctx.focus].transpose(1, 0, 2), ctx.block_note(), ctx.title
+    )
 
 
 @styled
@@ -126,15 +183,18 @@ def draw_trigger_qk_scores(data: FocusScores, fig=None):
             ax.set_xlabel("key position", labelpad=1)
     colorbar(fig, image, list(axes), "q · k / √d_head", shrink=0.7)
     extra = f" ({data.note})" if data.note else ""
-    fig.suptitle(f"Scores of every '{focus}' query against each key token, before the softmax "
-                 f"(gray: masked){extra}: {data.title}", fontsize=8)
+    fig.suptitle(
+        f"Scores of every '{focus}' query against each key token, before the softmax "
+        f"(gray: masked){extra}: {data.title}",
+        fontsize=8,
+    )
     return fig
 
 
 @dataclass
 class FullScores:
     vocab: list[str]
-    scores: np.ndarray          # (V*T, V*T): rows (query token, position), cols keys
+    scores: np.ndarray  # (V*T, V*T): rows (query token, position), cols keys
     n_ctx: int
     note: str
     title: str
@@ -152,8 +212,9 @@ def draw_qk_full(data: FullScores, fig=None):
     ax = fig.add_subplot()
     n, T = data.scores.shape[0], data.n_ctx
     vmax = symmetric(data.scores)
-    image = ax.imshow(data.scores, cmap=cmap(style.DIVERGING), vmin=-vmax, vmax=vmax,
-                      aspect="equal")
+    image = ax.imshow(
+        data.scores, cmap=cmap(style.DIVERGING), vmin=-vmax, vmax=vmax, aspect="equal"
+    )
     for edge in np.arange(T, n, T) - 0.5:
         ax.axhline(edge, color="white", lw=0.6)
         ax.axvline(edge, color="white", lw=0.6)
@@ -166,6 +227,8 @@ def draw_qk_full(data: FullScores, fig=None):
     ax.set_ylabel(f"query: token (positions 0..{T - 1} within each block)")
     colorbar(fig, image, ax, "q · k / √d_head")
     extra = f" ({data.note})" if data.note else ""
-    fig.suptitle(f"Every query against every key, before the softmax (gray: masked){extra}: "
-                 f"{data.title}", fontsize=8)
+    fig.suptitle(
+        f"Every query against every key, before the softmax (gray: masked){extra}: {data.title}",
+        fontsize=8,
+    )
     return fig

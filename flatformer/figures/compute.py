@@ -10,10 +10,32 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FlatformerError
-from ..readout import (BlockTrace, Embeddings, Field, Landscape, NotInPlane, Plane,  # noqa: F401
-                       Projections, Trace, all_points_tokens, embeddings, fit_plane, fitted_limits, grid,
-                       head_outputs, landscape, output_logits, point_label, point_scores,
-                       projections, qk_field, require_plane, softmax, square_limits, trace)
+from ..readout import (
+    BlockTrace,
+    Embeddings,
+    Field,
+    Landscape,
+    NotInPlane,
+    Plane,  # noqa: F401
+    Projections,
+    Trace,
+    all_points_tokens,
+    embeddings,
+    fit_plane,
+    fitted_limits,
+    grid,
+    head_outputs,
+    landscape,
+    output_logits,
+    point_label,
+    point_scores,
+    projections,
+    qk_field,
+    require_plane,
+    softmax,
+    square_limits,
+    trace,
+)
 from ..readout.sampling import continue_prompts
 from ..tasks.base import Task
 from ..transformer import Transformer
@@ -24,8 +46,9 @@ SLICE_NOTE = "background: the plane's slice of the head space (keys off the plan
 def focus_token(task: Task) -> int:
     """Index of the token whose query the figures focus on (`task.focus`)."""
     if task.focus not in task.vocab:
-        raise FlatformerError(f"task {task.name} declares no focus token in its vocabulary "
-                              f"(focus={task.focus!r})")
+        raise FlatformerError(
+            f"task {task.name} declares no focus token in its vocabulary (focus={task.focus!r})"
+        )
     return task.vocab.index(task.focus)
 
 
@@ -54,8 +77,9 @@ def next_allowed(task: Task, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return mask[1:], source[1:] >= 0
 
 
-def generate(model: Transformer, prompts: np.ndarray, length: int, seed: int = 0,
-             temperature: float = 1.0) -> np.ndarray:
+def generate(
+    model: Transformer, prompts: np.ndarray, length: int, seed: int = 0, temperature: float = 1.0
+) -> np.ndarray:
     """Continue each prompt (B, P) to `length` tokens with the one sampler
     (`readout.sampling`), sliding the context window.
 

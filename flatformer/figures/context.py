@@ -6,6 +6,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..labels import labels
 from ..errors import FlatformerError
 from ..runs import Run
 from . import compute as C
@@ -19,12 +20,13 @@ class FigureContext:
     `trace`, `landscape` (one grid, reused by every landscape figure), `rule_windows`...
     """
 
-    def __init__(self, run: Run, step: int | None = None, sequence: str | None = None,
-                 resolution: int = 200):
+    def __init__(
+        self, run: Run, step: int | None = None, sequence: str | None = None, resolution: int = 200
+    ):
         self.run = run
         self.step = run.resolve_step(step)
         self.task = run.task
-        self.vocab = run.vocab
+        self.vocab = labels(run.vocab)  # display text: escaped for matplotlib and cut
         self.cfg = run.cfg
         self.resolution = resolution
         self.model = run.model(self.step)
@@ -33,11 +35,13 @@ class FigureContext:
     def _sequence(self, text: str | None) -> np.ndarray:
         if text is None:
             text = self.task.demo
-            if not text:   # a task without a demo: the start of the first held-out sequence
-                return np.asarray(self.held_out[0][:self.cfg.n_ctx])
+            if not text:  # a task without a demo: the start of the first held-out sequence
+                return np.asarray(self.held_out[0][: self.cfg.n_ctx])
         if not text.split():
-            raise FlatformerError("--sequence is empty: give space-separated tokens, e.g. "
-                                  f"{self.task.demo or ' '.join(self.vocab[:4])!r}")
+            raise FlatformerError(
+                "--sequence is empty: give space-separated tokens, e.g. "
+                f"{self.task.demo or ' '.join(self.vocab[:4])!r}"
+            )
         tokens = self.task.encode(text)
         return self.model.check_tokens(tokens)[0]
 
@@ -52,7 +56,7 @@ class FigureContext:
 
     @cached_property
     def colors(self) -> list[str]:
-        return token_colors(self.vocab, self.task.focus or None)
+        return token_colors(self.run.vocab, self.task.focus or None)
 
     @cached_property
     def focus(self) -> int:
@@ -86,8 +90,12 @@ class FigureContext:
         points, the value vectors and the traced sequence before and after attention."""
         plane = self.embeddings.plane
         last = self.trace.blocks[-1]
-        return C.square_limits(self.embeddings.combined_2d, plane.project(self.written),
-                               plane.project(last.resid_pre), plane.project(last.resid_mid))
+        return C.square_limits(
+            self.embeddings.combined_2d,
+            plane.project(self.written),
+            plane.project(last.resid_pre),
+            plane.project(last.resid_mid),
+        )
 
     @cached_property
     def landscape(self) -> C.Landscape:
@@ -99,6 +107,7 @@ class FigureContext:
         counts them: (inputs (R, T), index (R,) of the prediction in each window, forced target
         (R,) or -1 where several tokens are allowed, allowed tokens (R, V))."""
         from ..data import Corpus
+
         held = Corpus.from_sequences(self.task, self.held_out, with_allowed=True)
         return held.rule_windows(self.cfg.n_ctx)
 
@@ -106,6 +115,7 @@ class FigureContext:
     def grokking(self) -> dict:
         """The modular-addition progress measures over the checkpoints up to this one."""
         from ..analysis.grokking import progress
+
         return progress(self.run, [s for s in self.run.steps if s <= self.step])
 
     def block_note(self, layer: int = 0) -> str:

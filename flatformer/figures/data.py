@@ -34,15 +34,22 @@ def rows_panel(ax, rows: SequenceRows):
     width = max(len(r) for r in rows.tokens)
     codes = np.full((len(rows.tokens), width), np.nan)
     for i, s in enumerate(rows.status):
-        codes[i, :len(s)] = s
+        codes[i, : len(s)] = s
     order = sorted(STATUS_COLORS)
     lut = ListedColormap([STATUS_COLORS[k] for k in order]).with_extremes(bad="white")
     ax.imshow(codes, cmap=lut, vmin=order[0] - 0.5, vmax=order[-1] + 0.5, aspect="auto")
     for i, row in enumerate(rows.tokens):
         for j, tok in enumerate(row):
-            ax.text(j, i, tok, ha="center", va="center", fontsize=5.2,
-                    fontweight="bold" if tok == rows.focus else "normal",
-                    color="#777777" if rows.status[i][j] == PROMPT else "black")
+            ax.text(
+                j,
+                i,
+                tok,
+                ha="center",
+                va="center",
+                fontsize=5.2,
+                fontweight="bold" if tok == rows.focus else "normal",
+                color="#777777" if rows.status[i][j] == PROMPT else "black",
+            )
     ax.set_xticks(np.arange(-0.5, width, 1), minor=True)
     ax.set_yticks(np.arange(-0.5, len(rows.tokens), 1), minor=True)
     ax.grid(which="minor", color="white", lw=0.8)
@@ -57,16 +64,25 @@ def rows_panel(ax, rows: SequenceRows):
 
 def status_legend(ax, with_wrong: bool, with_prompt: bool = False):
     from matplotlib.patches import Patch
+
     items = [(RIGHT, "rule obeyed"), (FREE, "unconstrained")]
     if with_wrong:
         items.insert(1, (WRONG, "rule broken"))
     if with_prompt:
         items.append((PROMPT, "prompt"))
-    handles = [Patch(facecolor=STATUS_COLORS[k], edgecolor="#999999", lw=0.4, label=t)
-               for k, t in items]
-    ax.legend(handles=handles, loc="upper right", bbox_to_anchor=(1.0, 1.0 + 0.5 / 6),
-              ncol=len(items), frameon=False, handlelength=1.2, columnspacing=1.0,
-              borderaxespad=0)
+    handles = [
+        Patch(facecolor=STATUS_COLORS[k], edgecolor="#999999", lw=0.4, label=t) for k, t in items
+    ]
+    ax.legend(
+        handles=handles,
+        loc="upper right",
+        bbox_to_anchor=(1.0, 1.0 + 0.5 / 6),
+        ncol=len(items),
+        frameon=False,
+        handlelength=1.2,
+        columnspacing=1.0,
+        borderaxespad=0,
+    )
 
 
 def compute_training_data(ctx: FigureContext, n: int = 6, width: int = 32) -> SequenceRows:
@@ -76,9 +92,13 @@ def compute_training_data(ctx: FigureContext, n: int = 6, width: int = 32) -> Se
     seqs = [s[:width] for s in train[:n]]
     status = [C.rule_status(ctx.task, s, n_ctx=len(s) + 1) for s in seqs]
     seed = ctx.run.config.get("data_seed", 0)
-    return SequenceRows(f"The first {n} training sequences of {ctx.task.name} (data seed {seed}, "
-                        f"first {width} tokens)",
-                        [[ctx.vocab[t] for t in s] for s in seqs], status, ctx.task.focus)
+    return SequenceRows(
+        f"The first {n} training sequences of {ctx.task.name} (data seed {seed}, "
+        f"first {width} tokens)",
+        [[ctx.vocab[t] for t in s] for s in seqs],
+        status,
+        ctx.task.focus,
+    )
 
 
 @styled
@@ -97,27 +117,40 @@ class LearningCurve:
     train_loss: np.ndarray
     val_loss: np.ndarray
     rule_error: np.ndarray
-    step: int                   # the checkpoint the other figures draw
-    chance_loss: float          # ln V: the loss of a uniform guess
+    step: int  # the checkpoint the other figures draw
+    chance_loss: float  # ln V: the loss of a uniform guess
     title: str
 
 
 def compute_learning_curve(ctx: FigureContext) -> LearningCurve:
     rows = ctx.run.metrics
     get = lambda key: np.array([r.get(key, np.nan) for r in rows], dtype=float)  # noqa: E731
-    return LearningCurve(get("step"), get("train_loss"), get("val_loss"), get("rule_error"),
-                         ctx.step, math.log(len(ctx.vocab)), ctx.title)
+    return LearningCurve(
+        get("step"),
+        get("train_loss"),
+        get("val_loss"),
+        get("rule_error"),
+        ctx.step,
+        math.log(len(ctx.vocab)),
+        ctx.title,
+    )
 
 
 @styled
 def draw_learning_curve(curve: LearningCurve, fig=None):
     fig = new_figure(style.PAGE_WIDTH, 2.0, fig)
     ax_loss, ax_err = fig.subplots(1, 2)
-    ax_loss.plot(curve.steps, curve.train_loss, color=style.PALETTE[4], lw=0.8,
-                 label="training batch")
+    ax_loss.plot(
+        curve.steps, curve.train_loss, color=style.PALETTE[4], lw=0.8, label="training batch"
+    )
     ax_loss.plot(curve.steps, curve.val_loss, color=style.PALETTE[0], lw=1.2, label="held out")
-    ax_loss.axhline(curve.chance_loss, color="#999999", ls=":", lw=0.8,
-                    label=f"uniform guess (ln {round(math.exp(curve.chance_loss))})")
+    ax_loss.axhline(
+        curve.chance_loss,
+        color="#999999",
+        ls=":",
+        lw=0.8,
+        label=f"uniform guess (ln {round(math.exp(curve.chance_loss))})",
+    )
     ax_loss.set_ylabel("next-token loss (nats)")
     ax_loss.legend(frameon=False)
     ax_err.plot(curve.steps, 100 * curve.rule_error, color=style.WRONG_COLOR, lw=1.2)
@@ -128,9 +161,14 @@ def draw_learning_curve(curve: LearningCurve, fig=None):
         ax.axvline(curve.step, color="#555555", lw=0.6, ls="--")
         ax.spines[["top", "right"]].set_visible(False)
     if len(curve.rule_error) and np.isfinite(curve.rule_error[-1]):
-        ax_err.annotate(f"{100 * curve.rule_error[-1]:.1f}%",
-                        (curve.steps[-1], 100 * curve.rule_error[-1]), textcoords="offset points",
-                        xytext=(-2, 6), ha="right", fontsize=6)
+        ax_err.annotate(
+            f"{100 * curve.rule_error[-1]:.1f}%",
+            (curve.steps[-1], 100 * curve.rule_error[-1]),
+            textcoords="offset points",
+            xytext=(-2, 6),
+            ha="right",
+            fontsize=6,
+        )
     ax_loss.set_title("Loss")
     ax_err.set_title("Rule error on held-out constrained positions")
     fig.suptitle(f"Learning curve: {curve.title} (dashed: this checkpoint)", fontsize=8)
@@ -143,8 +181,9 @@ class Generated:
     title: str
 
 
-def compute_generated_sequences(ctx: FigureContext, n: int = 5, prompt: int = 4,
-                                length: int = 32) -> Generated:
+def compute_generated_sequences(
+    ctx: FigureContext, n: int = 5, prompt: int = 4, length: int = 32
+) -> Generated:
     """Sequences sampled from the untrained (first checkpoint) and the drawn model, from the same
     prompts (the starts of held-out sequences) and the same random draws."""
     prompts = np.array([s[:prompt] for s in ctx.held_out[:n]])
@@ -156,11 +195,20 @@ def compute_generated_sequences(ctx: FigureContext, n: int = 5, prompt: int = 4,
         for s in status:
             s[:prompt] = PROMPT
         counted = np.concatenate([s[s >= 0] for s in status])
-        summary = (f"{int((counted == WRONG).sum())} of {len(counted)} constrained positions "
-                   f"wrong" if len(counted) else "no constrained positions")
-        panels.append(SequenceRows(f"Sampled by the model at step {step}",
-                                   [[ctx.vocab[t] for t in s] for s in seqs], status,
-                                   ctx.task.focus, summary))
+        summary = (
+            f"{int((counted == WRONG).sum())} of {len(counted)} constrained positions wrong"
+            if len(counted)
+            else "no constrained positions"
+        )
+        panels.append(
+            SequenceRows(
+                f"Sampled by the model at step {step}",
+                [[ctx.vocab[t] for t in s] for s in seqs],
+                status,
+                ctx.task.focus,
+                summary,
+            )
+        )
     return Generated(panels, ctx.title)
 
 
@@ -173,6 +221,9 @@ def draw_generated_sequences(data: Generated, fig=None):
     for ax, rows in zip(np.atleast_1d(axes), panels):
         rows_panel(ax, rows)
     status_legend(np.atleast_1d(axes)[0], with_wrong=True, with_prompt=True)
-    fig.suptitle(f"Sequences sampled before and after training (same prompts, same random "
-                 f"draws): {data.title}", fontsize=8)
+    fig.suptitle(
+        f"Sequences sampled before and after training (same prompts, same random "
+        f"draws): {data.title}",
+        fontsize=8,
+    )
     return fig

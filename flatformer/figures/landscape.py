@@ -11,8 +11,17 @@ import numpy as np
 from . import compute as C
 from . import style
 from .context import FigureContext
-from .panels import (argmax_image, cmap, colorbar, footnote, new_figure, plane_axes, styled,
-                     token_points)
+from .panels import (
+    argmax_image,
+    cmap,
+    colorbar,
+    fit_width,
+    footnote,
+    new_figure,
+    plane_axes,
+    styled,
+    token_points,
+)
 
 
 @dataclass
@@ -37,13 +46,20 @@ def landscape_note(ctx: FigureContext) -> str:
 def compute_output_landscape(ctx: FigureContext, overlay: str | None = None) -> LandscapeFigure:
     """P(next = token) over the plane for every token; `overlay` adds the combined embeddings
     ("embeddings") or the value vectors written into the residual stream ("values")."""
-    land = ctx.landscape                       # raises NotInPlane unless d_model == 2
-    points = {None: None, "embeddings": ctx.embeddings.combined,
-              "values": ctx.written}[overlay]
+    land = ctx.landscape  # raises NotInPlane unless d_model == 2
+    points = {None: None, "embeddings": ctx.embeddings.combined, "values": ctx.written}[overlay]
     plane = ctx.embeddings.plane
-    return LandscapeFigure(ctx.vocab, ctx.colors, land, plane, ctx.limits,
-                           None if points is None else plane.project(points),
-                           overlay or "", landscape_note(ctx), ctx.title)
+    return LandscapeFigure(
+        ctx.vocab,
+        ctx.colors,
+        land,
+        plane,
+        ctx.limits,
+        None if points is None else plane.project(points),
+        overlay or "",
+        landscape_note(ctx),
+        ctx.title,
+    )
 
 
 def compute_landscape_embeddings(ctx: FigureContext) -> LandscapeFigure:
@@ -65,11 +81,19 @@ def draw_output_landscape(data: LandscapeFigure, fig=None):
         if token >= V:
             ax.axis("off")
             continue
-        image = ax.imshow(data.land.probs[..., token], origin="lower", extent=data.land.extent,
-                          cmap=cmap(style.SEQUENTIAL), vmin=0, vmax=1, aspect="equal")
+        image = ax.imshow(
+            data.land.probs[..., token],
+            origin="lower",
+            extent=data.land.extent,
+            cmap=cmap(style.SEQUENTIAL),
+            vmin=0,
+            vmax=1,
+            aspect="equal",
+        )
         if data.overlay is not None:
-            token_points(ax, data.overlay, data.colors, data.vocab, label=None, size=4,
-                         edge="white", lw=0.25)
+            token_points(
+                ax, data.overlay, data.colors, data.vocab, label=None, size=4, edge="white", lw=0.25
+            )
         plane_axes(ax, data.limits)
         ax.set_title(f"P(next = {data.vocab[token]})", fontsize=6.5, pad=2)
         for spine in ax.spines.values():
@@ -77,10 +101,13 @@ def draw_output_landscape(data: LandscapeFigure, fig=None):
             spine.set_linewidth(1.2)
         ax.tick_params(labelsize=5)
     colorbar(fig, image, list(axes), "probability", shrink=0.6)
-    what = {"": "", "embeddings": " with every combined embedding e (dots)",
-            "values": " with every value vector written by attention (dots)"}[data.overlay_name]
+    what = {
+        "": "",
+        "embeddings": " with every combined embedding e (dots)",
+        "values": " with every value vector written by attention (dots)",
+    }[data.overlay_name]
     extra = f" ({data.note})" if data.note else ""
-    fig.suptitle(f"Output landscape{what}{extra}: {data.title}", fontsize=8)
+    fig.suptitle(fit_width(fig, f"Output landscape{what}{extra}: {data.title}", 8), fontsize=8)
     return fig
 
 
@@ -91,8 +118,8 @@ draw_landscape_values = draw_output_landscape
 @dataclass
 class LandscapeSummary:
     base: LandscapeFigure
-    combined: np.ndarray        # (V, T, 2)
-    values: np.ndarray          # (V, T, 2)
+    combined: np.ndarray  # (V, T, 2)
+    values: np.ndarray  # (V, T, 2)
 
 
 def compute_landscape_summary(ctx: FigureContext) -> LandscapeSummary:
@@ -100,8 +127,9 @@ def compute_landscape_summary(ctx: FigureContext) -> LandscapeSummary:
     value vectors over it (reading a point's zone is a logit lens on the plane)."""
     base = compute_output_landscape(ctx)
     plane = base.plane
-    return LandscapeSummary(base, plane.project(ctx.embeddings.combined),
-                            plane.project(ctx.written))
+    return LandscapeSummary(
+        base, plane.project(ctx.embeddings.combined), plane.project(ctx.written)
+    )
 
 
 @styled
@@ -109,20 +137,28 @@ def draw_landscape_summary(data: LandscapeSummary, fig=None):
     b = data.base
     fig = new_figure(style.PAGE_WIDTH, 7.0, fig)
     (ax_h, ax_a), (ax_e, ax_v) = fig.subplots(2, 2)
-    image = ax_h.imshow(b.land.entropy, origin="lower", extent=b.land.extent,
-                        cmap=cmap(style.SEQUENTIAL), vmin=0, vmax=np.log(len(b.vocab)),
-                        aspect="equal")
+    image = ax_h.imshow(
+        b.land.entropy,
+        origin="lower",
+        extent=b.land.extent,
+        cmap=cmap(style.SEQUENTIAL),
+        vmin=0,
+        vmax=np.log(len(b.vocab)),
+        aspect="equal",
+    )
     colorbar(fig, image, ax_h, f"entropy (nats; max ln {len(b.vocab)})")
     ax_h.set_title("(a) entropy of the prediction")
     argmax_image(ax_a, b.land, b.colors, vocab=b.vocab)
     ax_a.set_title("(b) most likely next token")
     argmax_image(ax_e, b.land, b.colors, alpha=0.35, zone_labels=False)
-    token_points(ax_e, data.combined, b.colors, b.vocab, label="all", size=8, edge="black",
-                 fontsize=5)
+    token_points(
+        ax_e, data.combined, b.colors, b.vocab, label="all", size=8, edge="black", fontsize=5
+    )
     ax_e.set_title("(c) with the combined embeddings e")
     argmax_image(ax_v, b.land, b.colors, alpha=0.35, zone_labels=False)
-    token_points(ax_v, data.values, b.colors, b.vocab, label="token", size=8, edge="black",
-                 fontsize=6)
+    token_points(
+        ax_v, data.values, b.colors, b.vocab, label="token", size=8, edge="black", fontsize=6
+    )
     ax_v.set_title("(d) with the value vectors attention writes")
     for ax in (ax_h, ax_a, ax_e, ax_v):
         plane_axes(ax, b.limits, b.plane)

@@ -19,21 +19,36 @@ from matplotlib.figure import Figure
 from . import style
 
 RC = {
-    "font.size": 7, "axes.titlesize": 7.5, "axes.labelsize": 6.5, "xtick.labelsize": 6,
-    "ytick.labelsize": 6, "legend.fontsize": 6, "figure.titlesize": 9, "axes.linewidth": 0.6,
-    "xtick.major.width": 0.5, "ytick.major.width": 0.5, "xtick.major.size": 2,
-    "ytick.major.size": 2, "lines.linewidth": 1.0, "savefig.dpi": style.DPI,
-    "figure.constrained_layout.h_pad": 0.03, "figure.constrained_layout.w_pad": 0.03,
-    "image.interpolation": "nearest", "svg.fonttype": "none", "pdf.fonttype": 42,
+    "font.size": 7,
+    "axes.titlesize": 7.5,
+    "axes.labelsize": 6.5,
+    "xtick.labelsize": 6,
+    "ytick.labelsize": 6,
+    "legend.fontsize": 6,
+    "figure.titlesize": 9,
+    "axes.linewidth": 0.6,
+    "xtick.major.width": 0.5,
+    "ytick.major.width": 0.5,
+    "xtick.major.size": 2,
+    "ytick.major.size": 2,
+    "lines.linewidth": 1.0,
+    "savefig.dpi": style.DPI,
+    "figure.constrained_layout.h_pad": 0.03,
+    "figure.constrained_layout.w_pad": 0.03,
+    "image.interpolation": "nearest",
+    "svg.fonttype": "none",
+    "pdf.fonttype": 42,
 }
 
 
 def styled(draw):
     """Run a draw function under the house rc settings, then place its queued labels."""
+
     @functools.wraps(draw)
     def wrapper(*args, **kwargs):
         with matplotlib.rc_context(RC):
             return style.finish(draw(*args, **kwargs))
+
     return wrapper
 
 
@@ -58,8 +73,19 @@ def symmetric(values, floor: float = 1e-9) -> float:
     return max(float(np.abs(v).max()) if v.size else 1.0, floor)
 
 
-def heatmap(ax, matrix, rows=None, cols=None, cmap_name=style.DIVERGING, vmin=None, vmax=None,
-            annotate: bool | None = None, fmt="{:.2f}", title=None, fontsize=5.0):
+def heatmap(
+    ax,
+    matrix,
+    rows=None,
+    cols=None,
+    cmap_name=style.DIVERGING,
+    vmin=None,
+    vmax=None,
+    annotate: bool | None = None,
+    fmt="{:.2f}",
+    title=None,
+    fontsize=5.0,
+):
     """A matrix as coloured cells (NaN in gray), optionally with each value written in its cell.
 
     Diverging maps are centred on zero with a symmetric range unless vmin/vmax are given.
@@ -83,18 +109,34 @@ def heatmap(ax, matrix, rows=None, cols=None, cmap_name=style.DIVERGING, vmin=No
         norm = image.norm
         for (i, j), value in np.ndenumerate(m):
             if np.isfinite(value):
-                dark = abs(norm(value) - 0.5) > 0.3 if cmap_name == style.DIVERGING \
+                dark = (
+                    abs(norm(value) - 0.5) > 0.3
+                    if cmap_name == style.DIVERGING
                     else norm(value) < 0.55
-                ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=fontsize,
-                        color="white" if dark else "black")
+                )
+                ax.text(
+                    j,
+                    i,
+                    fmt.format(value),
+                    ha="center",
+                    va="center",
+                    fontsize=fontsize,
+                    color="white" if dark else "black",
+                )
     if title:
         ax.set_title(title)
     return image
 
 
 def colorbar(fig, image, ax, label: str = "", **kwargs):
-    bar = fig.colorbar(image, ax=ax, shrink=kwargs.pop("shrink", 0.85), aspect=25,
-                       pad=kwargs.pop("pad", 0.02), **kwargs)
+    bar = fig.colorbar(
+        image,
+        ax=ax,
+        shrink=kwargs.pop("shrink", 0.85),
+        aspect=25,
+        pad=kwargs.pop("pad", 0.02),
+        **kwargs,
+    )
     bar.ax.tick_params(labelsize=5.5, length=1.5)
     bar.outline.set_linewidth(0.4)
     if label:
@@ -116,9 +158,21 @@ def plane_axes(ax, limits, plane=None, space: str = "", ticks: bool = True):
         ax.set_yticks([])
 
 
-def token_points(ax, xy, colors, vocab, label: str | None = "all", size: float = 9,
-                 marker="o", alpha: float = 1.0, edge=None, fontsize: float = 5.0, zorder=3,
-                 hollow: bool = False, lw: float = 0.6):
+def token_points(
+    ax,
+    xy,
+    colors,
+    vocab,
+    label: str | None = "all",
+    size: float = 9,
+    marker="o",
+    alpha: float = 1.0,
+    edge=None,
+    fontsize: float = 5.0,
+    zorder=3,
+    hollow: bool = False,
+    lw: float = 0.6,
+):
     """Scatter V x T points (xy (V, T, 2)) in their tokens' colours.
 
     label: "all" labels every point (token + position subscript, de-overlapped), "token" one
@@ -137,8 +191,9 @@ def token_points(ax, xy, colors, vocab, label: str | None = "all", size: float =
         keys = [(vocab[v], t) for v in range(V) for t in range(T)]
         style.queue_labels(ax, flat, keys, list(c), fontsize=fontsize)
     elif label == "token":
-        style.queue_labels(ax, xy[:, -1], [(vocab[v], None) for v in range(V)], colors,
-                           fontsize=fontsize)
+        style.queue_labels(
+            ax, xy[:, -1], [(vocab[v], None) for v in range(V)], colors, fontsize=fontsize
+        )
 
 
 def backdrop(ax, xy, size: float = 5, color="#CCCCCC"):
@@ -147,60 +202,107 @@ def backdrop(ax, xy, size: float = 5, color="#CCCCCC"):
     ax.scatter(flat[:, 0], flat[:, 1], s=size, c=color, edgecolors="none", zorder=1)
 
 
-def argmax_image(ax, land, colors, alpha: float = 1.0, zone_labels: bool = True, vocab=None):
-    """The landscape's argmax map in token colours, with each zone named at its deepest cell."""
+def argmax_image(
+    ax, land, colors, alpha: float = 1.0, zone_labels: bool = True, vocab=None, keep_clear=None
+):
+    """The landscape's argmax map in token colours, with each zone named at its deepest cell
+    that covers no marker, no label and none of the segments `keep_clear` ((N, 2, 2) data
+    coordinates: arrows drawn over the map)."""
     lut = ListedColormap(colors)
-    ax.imshow(land.argmax, origin="lower", extent=land.extent, cmap=lut, vmin=-0.5,
-              vmax=len(colors) - 0.5, alpha=alpha, interpolation="nearest", zorder=0,
-              aspect="equal")
+    ax.imshow(
+        land.argmax,
+        origin="lower",
+        extent=land.extent,
+        cmap=lut,
+        vmin=-0.5,
+        vmax=len(colors) - 0.5,
+        alpha=alpha,
+        interpolation="nearest",
+        zorder=0,
+        aspect="equal",
+    )
     if zone_labels and vocab is not None:
-        from matplotlib import patheffects
-        outline = [patheffects.withStroke(linewidth=1.4, foreground="white")]
-        for token, (x, y) in zone_centres(land).items():
-            ax.text(x, y, vocab[token], ha="center", va="center", fontsize=6.5,
-                    fontweight="bold", color="black", path_effects=outline, zorder=2)
+        # Named once the layout is known (style.finish), at the deepest spot of the zone that
+        # covers no marker and no other label.
+        for token, spots in zone_spots(land).items():
+            style.queue_zone_label(ax, vocab[token], spots, land, token, keep_clear)
 
 
-def zone_centres(land, max_cells: int = 80) -> dict[int, tuple[float, float]]:
-    """For each argmax zone, the point deepest inside it (found by repeated erosion of the zone on
-    a coarse grid), so the zone's name sits inside even a curved or thin zone."""
+def zone_spots(land, max_cells: int = 80) -> dict[int, np.ndarray]:
+    """For each argmax zone, the spots its name may take, best first (S, 2): the cell deepest
+    inside the zone (found by repeated erosion of the zone on a coarse grid, so the name sits
+    inside even a curved or thin zone), then every other cell of the zone, deeper cells first
+    and, at equal depth, nearer that deepest cell first."""
     step = max(1, len(land.xs) // max_cells)
     labels = land.argmax[::step, ::step]
     xs, ys = land.xs[::step], land.ys[::step]
-    centres = {}
+    spots = {}
     for token in np.unique(labels):
         mask = labels == token
         if mask.sum() < 4:
             continue
+        depth = np.zeros(mask.shape, dtype=int)
         last = mask
         while mask.any():
+            depth += mask
             last = mask
             inner = np.zeros_like(mask)
-            inner[1:-1, 1:-1] = (mask[1:-1, 1:-1] & mask[:-2, 1:-1] & mask[2:, 1:-1]
-                                 & mask[1:-1, :-2] & mask[1:-1, 2:])
+            inner[1:-1, 1:-1] = (
+                mask[1:-1, 1:-1]
+                & mask[:-2, 1:-1]
+                & mask[2:, 1:-1]
+                & mask[1:-1, :-2]
+                & mask[1:-1, 2:]
+            )
             mask = inner
-        i, j = np.argwhere(last)[len(np.argwhere(last)) // 2]
-        centres[int(token)] = (float(xs[j]), float(ys[i]))
-    return centres
+        deepest = np.argwhere(last)[len(np.argwhere(last)) // 2]
+        cells = np.argwhere(depth > 0)
+        near = ((cells - deepest) ** 2).sum(1)
+        cells = cells[np.lexsort((near, -depth[cells[:, 0], cells[:, 1]]))]
+        spots[int(token)] = np.column_stack([xs[cells[:, 1]], ys[cells[:, 0]]])
+    return spots
 
 
 def field_image(ax, fld, vmax=None, alpha: float = 1.0):
     """A signed scalar field (e.g. q . k over the key plane) on a diverging map centred on 0."""
     vmax = vmax or symmetric(fld.values)
-    return ax.imshow(fld.values, origin="lower", extent=fld.extent, cmap=cmap(style.DIVERGING),
-                     norm=TwoSlopeNorm(0.0, -vmax, vmax), alpha=alpha, zorder=0,
-                     aspect="equal")
+    return ax.imshow(
+        fld.values,
+        origin="lower",
+        extent=fld.extent,
+        cmap=cmap(style.DIVERGING),
+        norm=TwoSlopeNorm(0.0, -vmax, vmax),
+        alpha=alpha,
+        zorder=0,
+        aspect="equal",
+    )
 
 
 def finish(fig, note: str, *title_args, **title_kwargs):
     """The figure with its footnote (if any) and its title, ready to return."""
     if note:
         footnote(fig, note)
+    if title_args:  # a long title (a deep model's block note) wraps instead of leaving the page
+        size = title_kwargs.get("fontsize", matplotlib.rcParams["figure.titlesize"])
+        title_args = (fit_width(fig, title_args[0], size), *title_args[1:])
     fig.suptitle(*title_args, **title_kwargs)
     return fig
+
+
+def fit_width(fig, text: str, fontsize) -> str:
+    """`text` wrapped into lines that fit the figure's width at `fontsize` (an average glyph is
+    about 0.55 em wide in the sans-serif face the figures use)."""
+    import textwrap
+    from matplotlib.font_manager import FontProperties
+
+    points = FontProperties(size=fontsize).get_size_in_points()
+    per_line = max(20, int(fig.get_figwidth() * 72 / (0.55 * points)) - 2)
+    glued = str(text).replace("step ", "step\u00a0")  # "step 20000" stays on one line
+    lines = textwrap.wrap(glued, per_line, break_long_words=False)
+    return "\n".join(lines).replace("\u00a0", " ") or str(text)
 
 
 def footnote(fig, text: str):
     """A small gray remark under the figure (which block or head is shown, what a background
     means); constrained layout keeps room for it."""
-    fig.supxlabel(text, fontsize=5.5, color="#555555", x=0.01, ha="left")
+    fig.supxlabel(fit_width(fig, text, 5.5), fontsize=5.5, color="#555555", x=0.01, ha="left")

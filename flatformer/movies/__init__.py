@@ -4,10 +4,11 @@
     scenes, skipped = prepare(ck, movie_names("mov1,mov4"))
     render(scenes, "runs/plus-last-even-seed0/movies", ["mp4", "gif"])
 
-frames.py loads the checkpoints and each frame's metrics; scenes.py computes and draws the
-paper's five movies and modular-addition's spectrum movie; induction.py the induction task's
-attention movie; draw.py holds the frame layout and fast in-place artists; encode.py the
-streaming writers; render.py splits the frames across processes.
+frames.py loads the checkpoints and each frame's metrics; scene.py holds what every movie
+shares; scenes.py lists the paper's five movies (points.py, landscape.py and qk.py compute and
+draw them); spectrum.py is modular-addition's movie and induction.py the induction task's;
+draw.py holds the frame layout and fast in-place artists; encode.py the streaming writers;
+render.py splits the frames across processes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from .encode import FORMATS
 from .frames import Checkpoints, load_checkpoints
 from .induction import InductionMovie
 from .render import render
-from .scenes import MOVIES, Geometry, SpectrumMovie
+from .scene import Geometry
+from .scenes import MOVIES
+from .spectrum import SpectrumMovie
 
 # Movies of one task (their `task`) kept apart from MOVIES (the suite every run can have): made
 # by default for that task's runs only, and skipped for any other run.
@@ -26,8 +29,17 @@ TASK_ONLY = (SpectrumMovie, InductionMovie)
 TASK_MOVIES = {cls.task: {cls.name: cls} for cls in TASK_ONLY}
 ALL_MOVIES = {**MOVIES, **{cls.name: cls for cls in TASK_ONLY}}
 
-__all__ = ["MOVIES", "TASK_MOVIES", "FORMATS", "movie_names", "formats", "prepare",
-           "load_checkpoints", "render", "Checkpoints"]
+__all__ = [
+    "MOVIES",
+    "TASK_MOVIES",
+    "FORMATS",
+    "movie_names",
+    "formats",
+    "prepare",
+    "load_checkpoints",
+    "render",
+    "Checkpoints",
+]
 
 
 def movie_names(spec: str | None, task: str | None = None) -> list[str]:
@@ -37,12 +49,15 @@ def movie_names(spec: str | None, task: str | None = None) -> list[str]:
         return list(MOVIES) + list(TASK_MOVIES.get(task, {}))
     names = []
     for word in (w.strip() for w in spec.split(",") if w.strip()):
-        match = [n for n in ALL_MOVIES if word in (n, n.split("_", 1)[0], n.split("_", 1)[1],
-                                               n[3:4])]
+        match = [
+            n for n in ALL_MOVIES if word in (n, n.split("_", 1)[0], n.split("_", 1)[1], n[3:4])
+        ]
         if not match:
-            raise FlatformerError(f"unknown movie {word!r}; choose from "
-                                  f"{', '.join(ALL_MOVIES)} (or mov1..mov{len(ALL_MOVIES)}, "
-                                  f"or all)")
+            raise FlatformerError(
+                f"unknown movie {word!r}; choose from "
+                f"{', '.join(ALL_MOVIES)} (or mov1..mov{len(ALL_MOVIES)}, "
+                f"or all)"
+            )
         if match[0] not in names:
             names.append(match[0])
     if not names:

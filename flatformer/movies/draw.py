@@ -3,11 +3,11 @@
 Speed comes from building each figure once and then only moving its artists, and from drawing
 only those: the static part of a frame (axes, ticks, titles, colour bars, the learning curves) is
 rendered once and restored from a pixel copy for every frame (blitting). Text is the expensive
-part: matplotlib renders every glyph of a Text again at each draw (a short label costs about
-0.35 ms, the caption line 10 to 15 ms). Point labels are therefore glyph outlines in one
-PathCollection per panel, whose offsets are the points (96 labels draw in about 2 ms and move
+part: matplotlib renders every glyph of a Text again at each draw (the caption line costs
+more than the rest of a frame). Point labels are therefore glyph outlines in one
+PathCollection per panel, whose offsets are the points (96 labels draw as one artist and move
 with one `set_offsets`), and changing text (`GlyphText`) is a path assembled from cached glyph
-outlines (the caption draws in under 1 ms).
+outlines (bench/movies_speed.py measures the frames).
 """
 
 from __future__ import annotations
@@ -58,12 +58,20 @@ class GlyphText(PathPatch):
     numbers do not jitter as they change.
     """
 
-    def __init__(self, fig, x, y, transform, size: float, color="black", ha: str = "center",
-                 family: str = "sans-serif"):
+    def __init__(
+        self,
+        fig,
+        x,
+        y,
+        transform,
+        size: float,
+        color="black",
+        ha: str = "center",
+        family: str = "sans-serif",
+    ):
         super().__init__(Path(np.zeros((1, 2))), facecolor=color, edgecolor="none", lw=0)
         self.size, self.family, self.ha = size, family, ha
-        self.set_transform(Affine2D().scale(fig.dpi / 72)
-                           + ScaledTranslation(x, y, transform))
+        self.set_transform(Affine2D().scale(fig.dpi / 72) + ScaledTranslation(x, y, transform))
         self.text = ""
 
     def set_text(self, text: str):
@@ -86,9 +94,15 @@ def labels(ax, texts, colors, size: float = LABEL_SIZE, zorder: float = 3) -> Pa
     """Text labels at data points as one collection: `set_offsets((N, 2))` moves them all."""
     fig = ax.figure
     paths = [glyphs(t, size) for t in texts]
-    coll = PathCollection(paths, offsets=np.zeros((len(paths), 2)), offset_transform=ax.transData,
-                          transform=Affine2D().scale(fig.dpi / 72), facecolors=colors,
-                          edgecolors="none", zorder=zorder)
+    coll = PathCollection(
+        paths,
+        offsets=np.zeros((len(paths), 2)),
+        offset_transform=ax.transData,
+        transform=Affine2D().scale(fig.dpi / 72),
+        facecolors=colors,
+        edgecolors="none",
+        zorder=zorder,
+    )
     ax.add_collection(coll)
     return coll
 
@@ -101,8 +115,17 @@ class Frame:
     multiple of 16 so H.264 needs no rescaling.
     """
 
-    def __init__(self, width: int, height: int, n_panels: int, steps, loss, rule_error,
-                 strip: float = 0.17, wspace: float = 0.22):
+    def __init__(
+        self,
+        width: int,
+        height: int,
+        n_panels: int,
+        steps,
+        loss,
+        rule_error,
+        strip: float = 0.17,
+        wspace: float = 0.22,
+    ):
         if width % 16 or height % 16:
             raise ValueError("frame sizes must be multiples of 16 pixels")
         # A bare Figure on an Agg canvas: pyplot (and the user's backend) is never touched.
@@ -110,12 +133,19 @@ class Frame:
         FigureCanvasAgg(self.fig)
         # Margins in pixels: room for tick labels on the left, the rule-error axis and colour
         # bars on the right, the caption and panel titles on top.
-        grid = self.fig.add_gridspec(2, n_panels, height_ratios=[1 - strip, strip],
-                                     left=60 / width, right=1 - 70 / width, top=1 - 64 / height,
-                                     bottom=36 / height, wspace=wspace, hspace=0.32)
+        grid = self.fig.add_gridspec(
+            2,
+            n_panels,
+            height_ratios=[1 - strip, strip],
+            left=60 / width,
+            right=1 - 70 / width,
+            top=1 - 64 / height,
+            bottom=36 / height,
+            wspace=wspace,
+            hspace=0.32,
+        )
         self.panels = [self.fig.add_subplot(grid[0, j]) for j in range(n_panels)]
-        self.caption = GlyphText(self.fig, 0.5, 1 - 24 / height,
-                                 self.fig.transFigure, CAPTION_SIZE)
+        self.caption = GlyphText(self.fig, 0.5, 1 - 24 / height, self.fig.transFigure, CAPTION_SIZE)
         self.fig.add_artist(self.caption)
         self.strip = self.fig.add_subplot(grid[1, :])
         self.moving: list = [self.caption]
@@ -129,6 +159,7 @@ class Frame:
 
     def _curves(self, steps, loss, rule_error):
         from ..figures.style import WRONG_COLOR
+
         ax = self.strip
         ax.plot(steps, loss, color="0.25", lw=1.2, label="held-out loss")
         ax.set_xlim(steps[0], steps[-1])
@@ -145,8 +176,8 @@ class Frame:
         twin.tick_params(labelsize=7, colors=WRONG_COLOR)
         twin.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
         self.cursor = ax.axvline(steps[0], color="0.5", lw=1)
-        self.loss_dot, = ax.plot([], [], "o", color="0.25", ms=4)
-        self.rule_dot, = twin.plot([], [], "o", color=WRONG_COLOR, ms=4)
+        (self.loss_dot,) = ax.plot([], [], "o", color="0.25", ms=4)
+        (self.rule_dot,) = twin.plot([], [], "o", color=WRONG_COLOR, ms=4)
         self.animate(self.cursor, self.loss_dot, self.rule_dot)
         self._data = (steps, loss, rule_error)
 

@@ -48,8 +48,9 @@ def _render_range(task) -> int:
     return hi - lo
 
 
-def render(scenes: list, out_dir: Path, formats: list[str], fps: int = 20, workers: int = 2,
-           progress=None) -> dict[str, list[Path]]:
+def render(
+    scenes: list, out_dir: Path, formats: list[str], fps: int = 20, workers: int = 2, progress=None
+) -> dict[str, list[Path]]:
     """Write each scene as `out_dir/<name>.<fmt>` for every format; returns the paths.
 
     This writes exactly those files (and temporary parts next to them). `progress(done)` is

@@ -25,7 +25,7 @@ def next_token_logits(model: Transformer, prompts, hooks: dict | None = None) ->
     prompts = list(prompts)
     if not prompts:
         raise FlatformerError("no prompts to run")
-    result = np.empty((len(prompts), model.cfg.d_vocab))
+    result = np.empty((len(prompts), model.cfg.vocab_out))
     for rows, batch in by_length(prompts):
         result[rows] = model(batch, hooks)[:, -1]
     return result

@@ -6,7 +6,8 @@ page offers the same knobs (`explorer/model.js` applies each to the same activat
 reports the same cost: `knob_kl`, KL(original || changed) of the next-token distribution, in
 nats.
 
->>> kl = knob_kls(model, prompts, [Knob("head 0.0 zero", zero_head(0, 0))])["head 0.0 zero"]
+Examples:
+    >>> kl = knob_kls(model, prompts, [Knob("head 0.0 zero", zero_head(0, 0))])["head 0.0 zero"]
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from .probs import knob_kl
 
 Hooks = dict[str, Callable]
 
-BETAS = (0.0, 0.5, 2.0, 3.0)   # the attention scalings every knob table shows
-MEAN_WINDOWS = 512             # held-out windows a mean-ablated head's average is taken over
+BETAS = (0.0, 0.5, 2.0, 3.0)  # the attention scalings every knob table shows
+MEAN_WINDOWS = 512  # held-out windows a mean-ablated head's average is taken over
 
 
 def reference_windows(data) -> np.ndarray:
@@ -39,18 +40,21 @@ def reference_windows(data) -> np.ndarray:
 
 def zero_head(layer: int, head: int) -> Hooks:
     """Head `head` of `layer` off: its output z is zero, so it writes nothing."""
-    def hook(z, name):                                          # z: (B, T, H, dh)
+
+    def hook(z, name):  # z: (B, T, H, dh)
         z = z.copy()
         z[:, :, head] = 0.0
         return z
+
     return {f"blocks.{layer}.attn.hook_z": hook}
 
 
 def head_means(model: Transformer, tokens) -> dict[int, np.ndarray]:
     """Each layer's z averaged over a reference batch, per position: {layer: (T, H, dh)}."""
     _, cache = model.run_with_cache(tokens)
-    return {layer: cache[f"blocks.{layer}.attn.hook_z"].mean(0)
-            for layer in range(model.cfg.n_layers)}
+    return {
+        layer: cache[f"blocks.{layer}.attn.hook_z"].mean(0) for layer in range(model.cfg.n_layers)
+    }
 
 
 def mean_head(layer: int, head: int, means: dict[int, np.ndarray]) -> Hooks:
@@ -59,11 +63,14 @@ def mean_head(layer: int, head: int, means: dict[int, np.ndarray]) -> Hooks:
 
     def hook(z, name):
         if z.shape[1] > len(mean):
-            raise FlatformerError(f"mean ablation: reference windows have {len(mean)} positions, "
-                                  f"the prompt {z.shape[1]}")
+            raise FlatformerError(
+                f"mean ablation: reference windows have {len(mean)} positions, "
+                f"the prompt {z.shape[1]}"
+            )
         z = z.copy()
-        z[:, :, head] = mean[:z.shape[1], head]
+        z[:, :, head] = mean[: z.shape[1], head]
         return z
+
     return {f"blocks.{layer}.attn.hook_z": hook}
 
 
@@ -84,9 +91,11 @@ def scale_scores(beta: float, layers=None, n_layers: int = 1) -> Hooks:
     NaN). beta = 0 gives uniform attention over the visible keys, beta = 1 changes nothing, and a
     large beta sharpens each row toward its top key.
     """
+
     def hook(scores, name):
         visible = np.isfinite(scores)
         return np.multiply(scores, beta, out=scores.copy(), where=visible)
+
     layers = range(n_layers) if layers is None else layers
     return {f"blocks.{layer}.attn.hook_attn_scores": hook for layer in layers}
 
@@ -104,15 +113,18 @@ def combine(*hook_sets: Hooks) -> Hooks:
     return combined
 
 
-def switches(cfg, heads_off=(), mlps_off=(), positions: bool = True,
-             beta: float | None = None) -> Hooks:
+def switches(
+    cfg, heads_off=(), mlps_off=(), positions: bool = True, beta: float | None = None
+) -> Hooks:
     """The explorer page's switches as one set of hooks: heads (layer, head) off, MLPs off,
     position embeddings off, attention scores scaled by beta. Bad indices raise."""
     hooks = []
     for layer, head in heads_off:
         if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
-            raise FlatformerError(f"no head {layer}.{head}: the model has {cfg.n_layers} layer(s) "
-                                  f"of {cfg.n_heads} head(s), numbered from 0")
+            raise FlatformerError(
+                f"no head {layer}.{head}: the model has {cfg.n_layers} layer(s) "
+                f"of {cfg.n_heads} head(s), numbered from 0"
+            )
         hooks.append(zero_head(layer, head))
     for layer in mlps_off:
         if not 0 <= layer < cfg.n_layers:
@@ -157,5 +169,7 @@ def standard_knobs(model: Transformer, reference, betas=BETAS) -> list[Knob]:
 def knob_kls(model: Transformer, prompts, knobs: list[Knob]) -> dict[str, np.ndarray]:
     """Per-prompt KL(original || changed), nats, of each knob's next-token distribution."""
     original = next_token_logits(model, prompts)
-    return {knob.name: knob_kl(original, next_token_logits(model, prompts, knob.hooks))
-            for knob in knobs}
+    return {
+        knob.name: knob_kl(original, next_token_logits(model, prompts, knob.hooks))
+        for knob in knobs
+    }

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FlatformerError
-from ..model import activation, layer_norm
+from ..engine.model import activation, layer_norm
 from ..transformer import Transformer
 from .plane import grid
 from .probs import entropy, softmax
@@ -65,30 +65,35 @@ def output_logits(model: Transformer, points: np.ndarray) -> np.ndarray:
 class Landscape:
     """The output network over a grid of the plane: what the model predicts from each point."""
 
-    xs: np.ndarray              # (G,)
-    ys: np.ndarray              # (G,)
-    probs: np.ndarray           # (G, G, V), probs[i, j] at (xs[j], ys[i])
-    argmax: np.ndarray          # (G, G) int
-    entropy: np.ndarray         # (G, G) nats
+    xs: np.ndarray  # (G,)
+    ys: np.ndarray  # (G,)
+    probs: np.ndarray  # (G, G, V), probs[i, j] at (xs[j], ys[i])
+    argmax: np.ndarray  # (G, G) int
+    entropy: np.ndarray  # (G, G) nats
 
     @property
     def extent(self) -> tuple[float, float, float, float]:
+        """(left, right, bottom, top) of the grid, as matplotlib's imshow takes it."""
         return (self.xs[0], self.xs[-1], self.ys[0], self.ys[-1])
 
     def at(self, points: np.ndarray) -> np.ndarray:
         """Nearest-grid-cell argmax at 2-D points (..., 2), for labelling points by their zone."""
         p = np.asarray(points)
-        j = np.clip(np.rint((p[..., 0] - self.xs[0]) / (self.xs[1] - self.xs[0])), 0,
-                    len(self.xs) - 1).astype(int)
-        i = np.clip(np.rint((p[..., 1] - self.ys[0]) / (self.ys[1] - self.ys[0])), 0,
-                    len(self.ys) - 1).astype(int)
+        j = np.clip(
+            np.rint((p[..., 0] - self.xs[0]) / (self.xs[1] - self.xs[0])), 0, len(self.xs) - 1
+        ).astype(int)
+        i = np.clip(
+            np.rint((p[..., 1] - self.ys[0]) / (self.ys[1] - self.ys[0])), 0, len(self.ys) - 1
+        ).astype(int)
         return self.argmax[i, j]
 
 
 def require_plane(model: Transformer, what: str):
     if model.cfg.d_model != 2:
-        raise NotInPlane(f"{what} needs d_model == 2 (this model has {model.cfg.d_model}): "
-                         f"only then is the output map a function of the plane")
+        raise NotInPlane(
+            f"{what} needs d_model == 2 (this model has {model.cfg.d_model}): "
+            f"only then is the output map a function of the plane"
+        )
 
 
 def landscape(model: Transformer, limits, resolution: int = 200) -> Landscape:

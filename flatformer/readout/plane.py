@@ -18,12 +18,13 @@ class Plane:
     1-dim space is drawn on the x axis.
     """
 
-    mean: np.ndarray                   # (d,)
-    axes: np.ndarray                   # (2, d), orthonormal rows (the 2nd is zero when d == 1)
+    mean: np.ndarray  # (d,)
+    axes: np.ndarray  # (2, d), orthonormal rows (the 2nd is zero when d == 1)
     explained: np.ndarray | None = None  # (2,) fraction of variance along each axis
 
     @property
     def is_identity(self) -> bool:
+        """True when the space is already the plane (d <= 2): no projection."""
         return self.explained is None
 
     def project(self, x: np.ndarray) -> np.ndarray:
@@ -62,7 +63,7 @@ def fit_plane(points: np.ndarray) -> Plane:
     axes = vt[:2].copy()
     signs = np.sign(axes[np.arange(2), np.abs(axes).argmax(1)])
     axes *= np.where(signs == 0, 1.0, signs)[:, None]
-    var = s ** 2
+    var = s**2
     explained = var[:2] / var.sum() if var.sum() > 0 else np.zeros(2)
     return Plane(mean, axes, explained)
 

@@ -44,7 +44,7 @@ def write_heads(cfg: ModelConfig, v: np.ndarray, W_O: np.ndarray | None) -> np.n
     H, dh = cfg.n_heads, cfg.d_head
     out = np.zeros((*v.shape[:-2], H, cfg.d_model))
     for h in range(H):
-        out[..., h, h * dh:(h + 1) * dh] = v[..., h, :]
+        out[..., h, h * dh : (h + 1) * dh] = v[..., h, :]
     return out
 
 
@@ -67,8 +67,8 @@ class Embeddings:
     token: np.ndarray
     position: np.ndarray
     combined: np.ndarray
-    labels: np.ndarray          # (V, T) str, e.g. labels[11, 5] == "+5"
-    plane: Plane                # drawing plane of the combined points
+    labels: np.ndarray  # (V, T) str, e.g. labels[11, 5] == "+5"
+    plane: Plane  # drawing plane of the combined points
     token_plane: Plane
     position_plane: Plane
 
@@ -94,23 +94,32 @@ def embeddings(model: Transformer, vocab: list[str], plane: Plane | None = None)
     """
     V, T = model.cfg.d_vocab, model.cfg.n_ctx
     cache = all_points(model)
-    combined = cache["hook_embed"] + cache["hook_pos_embed"]                    # (V, T, d)
-    labels = np.array([[point_label(vocab[v], t) for t in range(T)] for v in range(V)],
-                      dtype=object)
+    combined = cache["hook_embed"] + cache["hook_pos_embed"]  # (V, T, d)
+    labels = np.array(
+        [[point_label(vocab[v], t) for t in range(T)] for v in range(V)], dtype=object
+    )
     token, position = cache["hook_embed"][:, 0], cache["hook_pos_embed"][0]
-    return Embeddings(list(vocab), token, position, combined, labels,
-                      plane or fit_plane(combined), fit_plane(token), fit_plane(position))
+    return Embeddings(
+        list(vocab),
+        token,
+        position,
+        combined,
+        labels,
+        plane or fit_plane(combined),
+        fit_plane(token),
+        fit_plane(position),
+    )
 
 
 @dataclass
 class Projections:
     """Query, key and value of every combined point at block `layer` (0), per head."""
 
-    q: np.ndarray               # (V, T, H, dh)
-    k: np.ndarray               # (V, T, H, dh)
-    v: np.ndarray               # (V, T, H, dh)
-    written: np.ndarray         # (V, T, H, d) what head h adds to the residual when it attends
-                                #   only to this key (v_h in its slot, or v_h @ W_O[h])
+    q: np.ndarray  # (V, T, H, dh)
+    k: np.ndarray  # (V, T, H, dh)
+    v: np.ndarray  # (V, T, H, dh)
+    written: np.ndarray  # (V, T, H, d) what head h adds to the residual when it attends
+    #   only to this key (v_h in its slot, or v_h @ W_O[h])
     d_head: int
 
     def plane(self, which: str, head: int = 0) -> Plane:
@@ -135,7 +144,7 @@ def point_scores(proj: Projections, head: int = 0) -> np.ndarray:
     q, k = proj.q[:, :, head], proj.k[:, :, head]
     scores = np.einsum("ati,bsi->atbs", q, k) / math.sqrt(proj.d_head)
     T = q.shape[1]
-    hidden = np.arange(T)[None, :] > np.arange(T)[:, None]                      # (t, s)
+    hidden = np.arange(T)[None, :] > np.arange(T)[:, None]  # (t, s)
     return np.where(hidden[None, :, None, :], np.nan, scores)
 
 
@@ -146,5 +155,5 @@ def qk_field(query: np.ndarray, plane: Plane, limits, resolution: int = 120) -> 
     dh-dim keys, so for dh > 2 the field is the slice through the plane).
     """
     xs, ys, pts = grid(limits, resolution)
-    keys = plane.lift(pts)                                                     # (G, G, dh)
+    keys = plane.lift(pts)  # (G, G, dh)
     return Field(xs, ys, keys @ np.asarray(query) / math.sqrt(len(query)))

@@ -31,8 +31,12 @@ def check_settings(temperature: float, top_k: int | None, top_p: float | None):
         raise FlatformerError(f"top-p must be in (0, 1], got {top_p}")
 
 
-def distribution(logits: np.ndarray, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None) -> np.ndarray:
+def distribution(
+    logits: np.ndarray,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> np.ndarray:
     """The probabilities (V,) a sampler with these settings draws from. Temperature 0 puts all
     the mass on the argmax."""
     check_settings(temperature, top_k, top_p)
@@ -42,7 +46,7 @@ def distribution(logits: np.ndarray, temperature: float = 1.0, top_k: int | None
         probs[int(np.argmax(logits))] = 1.0
         return probs
     probs = softmax(logits / temperature)
-    order = np.argsort(-logits, kind="stable")      # likeliest first; ties: lower index first
+    order = np.argsort(-logits, kind="stable")  # likeliest first; ties: lower index first
     keep = np.ones(len(probs), dtype=bool)
     if top_k is not None and top_k < len(probs):
         keep[order[top_k:]] = False
@@ -74,15 +78,23 @@ class Step:
     """One generated token and how it was chosen."""
 
     token: int
-    probability: float       # of the chosen token under the distribution it was drawn from
-    entropy: float           # nats, of that distribution (greedy: of the model's softmax)
-    u: float | None          # the raw uniform draw (None when greedy)
-    position: int            # where in the window the prediction was read
+    probability: float  # of the chosen token under the distribution it was drawn from
+    entropy: float  # nats, of that distribution (greedy: of the model's softmax)
+    u: float | None  # the raw uniform draw (None when greedy)
+    position: int  # where in the window the prediction was read
 
 
-def generate(model: Transformer, tokens, n: int, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, seed: int = 0,
-             greedy: bool = False, hooks: Hooks | None = None) -> list[Step]:
+def generate(
+    model: Transformer,
+    tokens,
+    n: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    greedy: bool = False,
+    hooks: Hooks | None = None,
+) -> list[Step]:
     """`n` new tokens after `tokens`. The model reads at most its context (n_ctx) tokens, so a
     longer prompt, and the growing sequence, are read through a window over the last n_ctx."""
     check_settings(temperature, top_k, top_p)
@@ -90,11 +102,11 @@ def generate(model: Transformer, tokens, n: int, temperature: float = 1.0,
     seq = [int(t) for t in np.asarray(tokens).reshape(-1)]
     if not seq:
         raise FlatformerError("the prompt is empty")
-    model.check_tokens(np.asarray(seq[-model.cfg.n_ctx:]))
+    model.check_tokens(np.asarray(seq[-model.cfg.n_ctx :]))
     rng = np.random.default_rng(seed)
     steps = []
     for _ in range(n):
-        window = np.asarray(seq[-model.cfg.n_ctx:])
+        window = np.asarray(seq[-model.cfg.n_ctx :])
         logits = model(window, hooks)[0, -1]
         if greedy or temperature == 0:
             # Greedy draws nothing; report the model's own distribution, which it summarises.
@@ -109,12 +121,17 @@ def generate(model: Transformer, tokens, n: int, temperature: float = 1.0,
     return steps
 
 
-def continue_prompts(model: Transformer, prompts, length: int, seed: int = 0,
-                     temperature: float = 1.0) -> np.ndarray:
+def continue_prompts(
+    model: Transformer, prompts, length: int, seed: int = 0, temperature: float = 1.0
+) -> np.ndarray:
     """Each prompt (B, P) continued to `length` tokens by `generate` (prompt i with seed
     `seed + i`): (B, length)."""
     prompts = np.asarray(prompts, dtype=np.int64)
     n = max(length - prompts.shape[1], 0)
-    return np.array([list(p) + [s.token for s in generate(model, p, n, temperature,
-                                                          seed=seed + i)]
-                     for i, p in enumerate(prompts)], dtype=np.int64).reshape(len(prompts), -1)
+    return np.array(
+        [
+            list(p) + [s.token for s in generate(model, p, n, temperature, seed=seed + i)]
+            for i, p in enumerate(prompts)
+        ],
+        dtype=np.int64,
+    ).reshape(len(prompts), -1)

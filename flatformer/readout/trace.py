@@ -16,17 +16,17 @@ from .probs import softmax
 class BlockTrace:
     """One block's activations for one sequence."""
 
-    resid_pre: np.ndarray       # (T, d)
-    q: np.ndarray               # (T, H, dh)
+    resid_pre: np.ndarray  # (T, d)
+    q: np.ndarray  # (T, H, dh)
     k: np.ndarray
     v: np.ndarray
-    scores: np.ndarray          # (H, T, T), -inf above the diagonal
-    pattern: np.ndarray         # (H, T, T)
-    z: np.ndarray               # (T, H, dh) = pattern @ v
-    attn_out: np.ndarray        # (T, d)
-    resid_mid: np.ndarray       # (T, d) = resid_pre + attn_out
-    mlp_out: np.ndarray         # (T, d)
-    resid_post: np.ndarray      # (T, d) = resid_mid + mlp_out
+    scores: np.ndarray  # (H, T, T), -inf above the diagonal
+    pattern: np.ndarray  # (H, T, T)
+    z: np.ndarray  # (T, H, dh) = pattern @ v
+    attn_out: np.ndarray  # (T, d)
+    resid_mid: np.ndarray  # (T, d) = resid_pre + attn_out
+    mlp_out: np.ndarray  # (T, d)
+    resid_post: np.ndarray  # (T, d) = resid_mid + mlp_out
 
 
 @dataclass
@@ -34,14 +34,14 @@ class Trace:
     """Every activation of one sequence: e = x + p, then per block z = e + Attn(e),
     h = z + FFN(z), then logits and probabilities."""
 
-    tokens: np.ndarray          # (T,)
-    labels: list[str]           # point labels, e.g. ["41", "12", "+2", ...]
+    tokens: np.ndarray  # (T,)
+    labels: list[str]  # point labels, e.g. ["41", "12", "+2", ...]
     token_text: list[str]
-    embed: np.ndarray           # (T, d) x
-    pos_embed: np.ndarray       # (T, d) p
+    embed: np.ndarray  # (T, d) x
+    pos_embed: np.ndarray  # (T, d) p
     blocks: list[BlockTrace]
-    logits: np.ndarray          # (T, V)
-    probs: np.ndarray           # (T, V)
+    logits: np.ndarray  # (T, V)
+    probs: np.ndarray  # (T, V)
     cache: dict = field(repr=False, default_factory=dict)
 
     @property
@@ -57,14 +57,32 @@ def trace(model: Transformer, tokens, vocab: list[str]) -> Trace:
     blocks = []
     for layer in range(model.cfg.n_layers):
         b = f"blocks.{layer}."
-        blocks.append(BlockTrace(
-            c[b + "hook_resid_pre"], c[b + "attn.hook_q"], c[b + "attn.hook_k"],
-            c[b + "attn.hook_v"], c[b + "attn.hook_attn_scores"], c[b + "attn.hook_pattern"],
-            c[b + "attn.hook_z"], c[b + "hook_attn_out"], *_after_attention(model.cfg, c, b),
-            c[b + "hook_resid_post"]))
+        blocks.append(
+            BlockTrace(
+                c[b + "hook_resid_pre"],
+                c[b + "attn.hook_q"],
+                c[b + "attn.hook_k"],
+                c[b + "attn.hook_v"],
+                c[b + "attn.hook_attn_scores"],
+                c[b + "attn.hook_pattern"],
+                c[b + "attn.hook_z"],
+                c[b + "hook_attn_out"],
+                *_after_attention(model.cfg, c, b),
+                c[b + "hook_resid_post"],
+            )
+        )
     text = [vocab[t] for t in tokens]
-    return Trace(tokens, [point_label(w, i) for i, w in enumerate(text)], text,
-                 c["hook_embed"], c["hook_pos_embed"], blocks, logits[0], softmax(logits[0]), c)
+    return Trace(
+        tokens,
+        [point_label(w, i) for i, w in enumerate(text)],
+        text,
+        c["hook_embed"],
+        c["hook_pos_embed"],
+        blocks,
+        logits[0],
+        softmax(logits[0]),
+        c,
+    )
 
 
 def _after_attention(cfg, c: dict, b: str):

@@ -24,18 +24,37 @@ class Recall:
     marker: str
     wanted: tuple[str, ...]
     other: tuple[str, ...]
-    names: tuple[str, str, str]        # e.g. ("even", "odd", "+")
+    names: tuple[str, str, str]  # e.g. ("even", "odd", "+")
 
     def ids(self, vocab: list[str]) -> tuple[int, list[int], list[int]]:
         """(marker, wanted, other) as token ids of `vocab`."""
-        return (vocab.index(self.marker), [vocab.index(w) for w in self.wanted],
-                [vocab.index(o) for o in self.other])
+        return (
+            vocab.index(self.marker),
+            [vocab.index(w) for w in self.wanted],
+            [vocab.index(o) for o in self.other],
+        )
 
     def mask(self, vocab: list[str]) -> np.ndarray:
         """(V,) bool: which tokens are wanted."""
         m = np.zeros(len(vocab), dtype=bool)
         m[self.ids(vocab)[1]] = True
         return m
+
+
+def split_word(word: str, vocab) -> list[str] | None:
+    """`word` as a run of vocabulary tokens, longest first at each point ("41+46+" -> 4 1 + 4
+    6 +, "10+" -> 10 +), or None when it is not one: the spaces a user left out."""
+    longest = max(map(len, vocab), default=0)
+    out, i = [], 0
+    while i < len(word):
+        for size in range(min(longest, len(word) - i), 0, -1):
+            if word[i : i + size] in vocab:
+                out.append(word[i : i + size])
+                i += size
+                break
+        else:
+            return None
+    return out
 
 
 class Task:
@@ -50,13 +69,13 @@ class Task:
     name: str = ""
     vocab: list[str] = []
     default_preset: str = "paper-2d"
-    focus: str = ""            # the token whose query the figures focus on
-    demo: str = ""             # a sequence the figures trace
+    focus: str = ""  # the token whose query the figures focus on
+    demo: str = ""  # a sequence the figures trace
     n_sequences: int = 2000
     n_held_out: int = 200
     min_len: int = 20
     max_len: int = 50
-    measured: str = ""         # rule error measured with the default preset and recipe
+    measured: str = ""  # rule error measured with the default preset and recipe
     # The number behind `measured`: the median held-out rule error of seeds 0-3 trained with the
     # default preset and recipe (bench/tasks_table.py measures it; a test holds the task to it).
     measured_error: float | None = None
@@ -75,9 +94,14 @@ class Task:
     answer_only: bool = False
 
     def sample(self, rng: np.random.Generator) -> list[int]:
+        """One sequence of token ids, drawn with `rng` (a task's data is `n_sequences` of
+        them, from one seeded generator: see `split`)."""
         raise NotImplementedError
 
     def rule(self, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(target, source) for every position of `seq`, two int arrays as long as it: the
+        token the rule forces there (-1 where anything may follow) and the earliest position
+        that target depends on."""
         raise NotImplementedError
 
     def allowed(self, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,8 +141,10 @@ class Task:
         if self.recall is not None:
             source = recall_sources(inputs, index, self.recall.mask(self.vocab))
             if (source < 0).any():
-                raise FlatformerError(f"corrupt: a window of {self.name} holds no "
-                                      f"{self.recall.names[0]} token before its prediction")
+                raise FlatformerError(
+                    f"corrupt: a window of {self.name} holds no "
+                    f"{self.recall.names[0]} token before its prediction"
+                )
             wanted = np.asarray(self.recall.ids(self.vocab)[1])
             slot = (inputs[rows, source][:, None] == wanted[None]).argmax(1)
             new = wanted[(slot + rng.integers(1, len(wanted), len(rows))) % len(wanted)]
@@ -126,22 +152,27 @@ class Task:
             return inputs, new
         targets = np.empty(len(inputs), dtype=np.int64)
         for w, (window, i) in enumerate(zip(inputs, index)):
-            target, source = self.forced_after(window[:i + 1])
+            target, source = self.forced_after(window[: i + 1])
             if target < 0:
-                raise FlatformerError(f"corrupt: the rule of {self.name} does not force the "
-                                      f"token after position {i} of window {w}")
+                raise FlatformerError(
+                    f"corrupt: the rule of {self.name} does not force the "
+                    f"token after position {i} of window {w}"
+                )
             others = [p for p in rng.permutation(i + 1) if p != source]
-            for p, token in ((p, t) for p in [source, *others]
-                             for t in rng.permutation(len(self.vocab))):
+            for p, token in (
+                (p, t) for p in [source, *others] for t in rng.permutation(len(self.vocab))
+            ):
                 changed = window.copy()
                 changed[p] = token
-                new = self.forced_after(changed[:i + 1])[0]
+                new = self.forced_after(changed[: i + 1])[0]
                 if new >= 0 and new != target:
                     inputs[w], targets[w] = changed, new
                     break
             else:
-                raise FlatformerError(f"corrupt: no single token change of window {w} changes "
-                                      f"what the rule of {self.name} forces")
+                raise FlatformerError(
+                    f"corrupt: no single token change of window {w} changes "
+                    f"what the rule of {self.name} forces"
+                )
         return inputs, targets
 
     def check_config(self, cfg) -> None:
@@ -162,7 +193,7 @@ class Task:
         """The fixed training and held-out sequences: the last `n_held_out` are held out."""
         rng = np.random.default_rng(data_seed)
         seqs = [np.asarray(self.sample(rng), dtype=np.int64) for _ in range(self.n_sequences)]
-        return seqs[:-self.n_held_out], seqs[-self.n_held_out:]
+        return seqs[: -self.n_held_out], seqs[-self.n_held_out :]
 
     def encode(self, text: str) -> list[int]:
         """Tokens from a space-separated string, refusing anything outside the vocabulary."""
@@ -171,19 +202,30 @@ class Task:
         for word in text.split():
             if word not in index:
                 shown = word if len(word) <= 40 else word[:40] + "..."
-                raise FlatformerError(f"token {shown!r} is not in the vocabulary of {self.name} "
-                                      f"({' '.join(self.vocab[:30])})")
+                split = [split_word(w, index) or [w] for w in text.split()]
+                hint = (
+                    f"; tokens are separated by spaces: did you mean "
+                    f'"{" ".join(t for ts in split for t in ts)}"?'
+                    if split_word(word, index)
+                    else ""
+                )
+                raise FlatformerError(
+                    f"token {shown!r} is not in the vocabulary of {self.name} "
+                    f"({' '.join(self.vocab[:30])}){hint}"
+                )
             tokens.append(index[word])
         return tokens
 
     def decode(self, tokens) -> str:
+        """Token ids as the space-separated text `encode` reads back."""
         return " ".join(self.vocab[int(t)] for t in tokens)
 
     def model_label(self) -> str:
         """The default preset with the model settings of `defaults`, e.g. "simulator-16d,
         n_layers=2"."""
-        extra = [f"{k}={v}" for k, v in self.defaults.items()
-                 if k in ModelConfig.__dataclass_fields__]
+        extra = [
+            f"{k}={v}" for k, v in self.defaults.items() if k in ModelConfig.__dataclass_fields__
+        ]
         return ", ".join([self.default_preset, *extra])
 
     def describe(self) -> str:
@@ -200,7 +242,9 @@ def recall_sources(inputs: np.ndarray, index: np.ndarray, wanted: np.ndarray) ->
     return np.where(before.any(1), last, -1)
 
 
-def recent_target(seq: np.ndarray, marker: int, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def recent_target(
+    seq: np.ndarray, marker: int, wanted: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """`rule` for "after `marker`, the most recent earlier token in `wanted`".
 
     The returned source is that token's position; positions with no such token are unconstrained.

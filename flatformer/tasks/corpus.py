@@ -11,9 +11,9 @@ import numpy as np
 from ..errors import FlatformerError
 from .base import Task
 
-MAX_BYTES = 2_000_000      # a default run reads about 1.3 million tokens: more text goes unseen
+MAX_BYTES = 2_000_000  # a default run reads about 1.3 million tokens: more text goes unseen
 MIN_TOKENS = 120
-TOKENS_PER_DIM = 32        # vocabulary limit: 32 tokens per embedding dimension
+TOKENS_PER_DIM = 32  # vocabulary limit: 32 tokens per embedding dimension
 TOKENIZERS = ("word", "char")
 # Control characters other than tab, newline, carriage return and form feed: text has none,
 # binary files have many.
@@ -28,24 +28,31 @@ def read_text(path) -> str:
         raise FlatformerError(f"corpus {path} is not a file")
     size = path.stat().st_size
     if size > MAX_BYTES:
-        raise FlatformerError(f"corpus {path} is {size:,} bytes; flatformer takes at most "
-                              f"{MAX_BYTES:,} (a default run reads about 1.3 million tokens)")
+        raise FlatformerError(
+            f"corpus {path} is {size:,} bytes; flatformer takes at most "
+            f"{MAX_BYTES:,} (a default run reads about 1.3 million tokens)"
+        )
     data = path.read_bytes()
     nul = data.find(b"\0")
     if nul >= 0:
-        raise FlatformerError(f"corpus {path} looks binary (a NUL byte at offset {nul}); "
-                              f"flatformer trains on UTF-8 text")
+        raise FlatformerError(
+            f"corpus {path} looks binary (a NUL byte at offset {nul}); "
+            f"flatformer trains on UTF-8 text"
+        )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise FlatformerError(f"corpus {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} "
-                              f"at offset {exc.start})") from None
+        raise FlatformerError(
+            f"corpus {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
     text = text.replace("\r\n", "\n")
     control = CONTROL.search(text)
     if control:
-        raise FlatformerError(f"corpus {path} looks binary (control character "
-                              f"U+{ord(control.group()):04X} at character {control.start()}); "
-                              f"flatformer trains on text")
+        raise FlatformerError(
+            f"corpus {path} looks binary (control character "
+            f"U+{ord(control.group()):04X} at character {control.start()}); "
+            f"flatformer trains on text"
+        )
     if not text.strip():
         raise FlatformerError(f"corpus {path} is empty")
     return text
@@ -68,8 +75,9 @@ def tokenize(text: str, tokenizer: str) -> list[str]:
     if tokenizer == "word":
         return text.split()
     if any(name in text for name in SPACE_NAMES.values()):
-        raise FlatformerError("the text uses one of ␣ ⏎ ⇥, which the char tokenizer uses to "
-                              "show whitespace")
+        raise FlatformerError(
+            "the text uses one of ␣ ⏎ ⇥, which the char tokenizer uses to show whitespace"
+        )
     names = {ch: char_name(ch) for ch in set(text)}
     return [names[ch] for ch in text]
 
@@ -96,21 +104,25 @@ class CorpusTask(Task):
     def __init__(self, text: str, tokenizer: str = "word", file: str = ""):
         words = tokenize(text, tokenizer)
         if len(words) < MIN_TOKENS:
-            raise FlatformerError(f"corpus {file or 'text'} has {len(words)} {tokenizer} tokens; "
-                                  f"flatformer needs at least {MIN_TOKENS} (the last 10%, at "
-                                  f"least 40, are held out)")
+            raise FlatformerError(
+                f"corpus {file or 'text'} has {len(words)} {tokenizer} tokens; "
+                f"flatformer needs at least {MIN_TOKENS} (the last 10%, at "
+                f"least 40, are held out)"
+            )
         self.text, self.tokenizer, self.file = text, tokenizer, file
         self.vocab = sorted(set(words))
         # the character behind each visible whitespace name (char tokenizer only)
         self.raw = {char_name(ch): ch for ch in set(text) if ch.isspace()}
         if len(self.vocab) < 2:
-            raise FlatformerError(f"corpus {file or 'text'} has only one distinct {tokenizer} "
-                                  f"token: there is nothing to predict")
+            raise FlatformerError(
+                f"corpus {file or 'text'} has only one distinct {tokenizer} "
+                f"token: there is nothing to predict"
+            )
         index = {w: i for i, w in enumerate(self.vocab)}
         self.tokens = np.array([index[w] for w in words], dtype=np.int64)
         self.n_held_out = int(np.clip(len(words) // 10, 40, 2000))
         counts = np.bincount(self.tokens, minlength=len(self.vocab))
-        self.focus = self.vocab[int(counts.argmax())]    # the most common token
+        self.focus = self.vocab[int(counts.argmax())]  # the most common token
         self.demo = self.decode(self.tokens[:8])
 
     @classmethod
@@ -127,18 +139,21 @@ class CorpusTask(Task):
     def check_config(self, cfg) -> None:
         limit = TOKENS_PER_DIM * cfg.d_model
         if len(self.vocab) > limit:
-            hint = ("try --tokenizer char, a wider model (--set d_model=N) or a smaller text"
-                    if self.tokenizer == "word" else
-                    "try a wider model (--set d_model=N) or a smaller text")
+            hint = (
+                "try --tokenizer char, a wider model (--set d_model=N) or a smaller text"
+                if self.tokenizer == "word"
+                else "try a wider model (--set d_model=N) or a smaller text"
+            )
             raise FlatformerError(
                 f"corpus {self.file or 'text'} has {len(self.vocab):,} distinct "
                 f"{self.tokenizer} tokens; a model with d_model {cfg.d_model} takes at most "
                 f"{limit} ({TOKENS_PER_DIM} per dimension: beyond that it is mostly a lookup "
-                f"table and its figures are unreadable): {hint}")
+                f"table and its figures are unreadable): {hint}"
+            )
 
     def split(self, data_seed: int = 0):
         """The text's first 90% trains and its last 10% is held out (`data_seed` is unused)."""
-        return [self.tokens[:-self.n_held_out]], [self.tokens[-self.n_held_out:]]
+        return [self.tokens[: -self.n_held_out]], [self.tokens[-self.n_held_out :]]
 
     def sample(self, rng):
         raise FlatformerError("the corpus task has no generator: its text is fixed")
@@ -150,7 +165,7 @@ class CorpusTask(Task):
     def follows(self) -> np.ndarray:
         """(V, V): whether token b ever follows token a in the training text. Built on first use,
         after check_config has refused vocabularies too large for such a table."""
-        train = self.tokens[:-self.n_held_out]
+        train = self.tokens[: -self.n_held_out]
         table = np.zeros((len(self.vocab), len(self.vocab)), dtype=bool)
         table[train[:-1], train[1:]] = True
         return table
@@ -162,7 +177,7 @@ class CorpusTask(Task):
         source = np.full(len(seq), -1)
         if len(seq) > 1:
             rows = self.follows[seq[:-1]]
-            seen = rows.any(1)    # a token the training text never continues constrains nothing
+            seen = rows.any(1)  # a token the training text never continues constrains nothing
             mask[1:][seen] = rows[seen]
             source[1:][seen] = np.flatnonzero(seen)
         return mask, source
@@ -199,6 +214,7 @@ def corpus_for_run(config: dict) -> CorpusTask:
         raise FlatformerError("run config names the corpus task but holds no corpus text")
     task = corpus_task(spec["text"], spec.get("tokenizer", "word"), spec.get("file", ""))
     if config.get("vocab") is not None and list(config["vocab"]) != task.vocab:
-        raise FlatformerError("run config's vocabulary does not match its corpus text "
-                              "(was config.json edited?)")
+        raise FlatformerError(
+            "run config's vocabulary does not match its corpus text (was config.json edited?)"
+        )
     return task

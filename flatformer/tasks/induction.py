@@ -66,16 +66,16 @@ class Induction(Task):
     name = "induction"
     vocab = TOKENS
     default_preset = "attn-only-2l"
-    focus = "c"                # the figures' query token: it opens the repeat in the demo
+    focus = "c"  # the figures' query token: it opens the repeat in the demo
     demo = " ".join(["c h a e b d g k m p r t w y B E"] * 3)
     n_sequences = 8000
-    n_held_out = 100           # about 3,200 rule positions, each a 48-token window to run
-    min_len = 49               # one 48-token window per sequence: positions are sequence positions
+    n_held_out = 100  # about 3,200 rule positions, each a 48-token window to run
+    min_len = 49  # one 48-token window per sequence: positions are sequence positions
     max_len = 49
     min_prefix = 4
     max_prefix = 38
     max_period = 16
-    from_start = 0.5           # the share of sequences whose repeat starts at their first letter
+    from_start = 0.5  # the share of sequences whose repeat starts at their first letter
     measured = "0.8% (1 layer: 64%)"
     measured_error = 0.008
     # One initialisation per seed (every seed measured forms the circuit), a higher learning
@@ -95,7 +95,7 @@ class Induction(Task):
             # keys they need) come anywhere in a window
             start = int(rng.integers(max(0, prefix - self.max_period), prefix - 1))
             period = prefix - start
-        seq = [int(t) for t in rng.permutation(len(self.vocab))[:start + period]]
+        seq = [int(t) for t in rng.permutation(len(self.vocab))[: start + period]]
         while len(seq) < length:
             seq.append(seq[len(seq) - period])
         return seq

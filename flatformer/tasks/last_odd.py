@@ -27,8 +27,12 @@ class LastOdd(MarkerTask):
     demo = "3 8 * 3 5 2 6 *"
     measured = "0.0%"
     measured_error = 0.0
-    recall = Recall("*", tuple(str(i) for i in range(1, 10, 2)),
-                    tuple(str(i) for i in range(0, 10, 2)), ("odd", "even", "*"))
+    recall = Recall(
+        "*",
+        tuple(str(i) for i in range(1, 10, 2)),
+        tuple(str(i) for i in range(0, 10, 2)),
+        ("odd", "even", "*"),
+    )
 
     def answer(self, prefix):
         for p in range(len(prefix) - 2, -1, -1):

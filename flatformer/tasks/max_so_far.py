@@ -50,7 +50,7 @@ class MaxSoFar(MarkerTask):
         inputs = np.array(inputs, dtype=np.int64)
         targets = np.empty(len(inputs), dtype=np.int64)
         for w, i in enumerate(index):
-            prefix = inputs[w, :i + 1]                     # a view: edits change the window
+            prefix = inputs[w, : i + 1]  # a view: edits change the window
             top = self.forced_after(prefix)[0]
             if top < 0:
                 raise FlatformerError(f"corrupt: no number before position {i} of window {w}")

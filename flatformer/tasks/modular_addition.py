@@ -7,7 +7,7 @@ import numpy as np
 from ..errors import FlatformerError
 from .base import MarkerTask
 
-MAX_P = 257   # p^2 examples are evaluated at once; beyond this flatformer's engine is too slow
+MAX_P = 257  # p^2 examples are evaluated at once; beyond this flatformer's engine is too slow
 
 
 class ModularAddition(MarkerTask):
@@ -43,12 +43,17 @@ class ModularAddition(MarkerTask):
 
     def __init__(self, p: int = 53, train_fraction: float = 0.5):
         if not isinstance(p, int) or isinstance(p, bool) or not 3 <= p <= MAX_P:
-            raise FlatformerError(f"modular-addition: p must be a whole number in 3..{MAX_P}, "
-                                  f"got {p!r}")
-        if (not isinstance(train_fraction, (int, float)) or isinstance(train_fraction, bool)
-                or not 0 < train_fraction < 1):
-            raise FlatformerError(f"modular-addition: train_fraction must be in (0, 1), got "
-                                  f"{train_fraction!r}")
+            raise FlatformerError(
+                f"modular-addition: p must be a whole number in 3..{MAX_P}, got {p!r}"
+            )
+        if (
+            not isinstance(train_fraction, (int, float))
+            or isinstance(train_fraction, bool)
+            or not 0 < train_fraction < 1
+        ):
+            raise FlatformerError(
+                f"modular-addition: train_fraction must be in (0, 1), got {train_fraction!r}"
+            )
         self.p, self.train_fraction = p, float(train_fraction)
         self.n_numbers = p
         self.vocab = [str(i) for i in range(p)] + ["="]
@@ -56,13 +61,16 @@ class ModularAddition(MarkerTask):
         self.demo = f"{p // 2} {p - 3} ="
         self.n_train = int(round(self.train_fraction * p * p))
         if not 1 <= self.n_train < p * p:
-            raise FlatformerError(f"modular-addition: train_fraction {train_fraction} leaves no "
-                                  f"training or no held-out pair of the {p * p}")
+            raise FlatformerError(
+                f"modular-addition: train_fraction {train_fraction} leaves no "
+                f"training or no held-out pair of the {p * p}"
+            )
 
     def check_config(self, cfg) -> None:
         if cfg.n_ctx != 3:
-            raise FlatformerError(f"modular-addition reads exactly `a b =`: n_ctx must be 3, "
-                                  f"got {cfg.n_ctx}")
+            raise FlatformerError(
+                f"modular-addition reads exactly `a b =`: n_ctx must be 3, got {cfg.n_ctx}"
+            )
 
     def example(self, a, b) -> np.ndarray:
         """The sequences `a b = c` for arrays of pairs, (n, 4)."""
@@ -72,13 +80,15 @@ class ModularAddition(MarkerTask):
     def pairs(self, data_seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Every pair's index a * p + b: the training ones, then the held-out ones."""
         order = np.random.default_rng([data_seed, self.p]).permutation(self.p * self.p)
-        return np.sort(order[:self.n_train]), np.sort(order[self.n_train:])
+        return np.sort(order[: self.n_train]), np.sort(order[self.n_train :])
 
     def split(self, data_seed: int = 0):
         """A fixed random `train_fraction` of all p^2 pairs trains; the rest is held out."""
         train, held = self.pairs(data_seed)
-        return ([row for row in self.example(train // self.p, train % self.p)],
-                [row for row in self.example(held // self.p, held % self.p)])
+        return (
+            [row for row in self.example(train // self.p, train % self.p)],
+            [row for row in self.example(held // self.p, held % self.p)],
+        )
 
     def sample(self, rng):
         a, b = rng.integers(self.p, size=2)

@@ -33,8 +33,12 @@ class PlusLastEven(Task):
     demo = "4 1 + 4 6 9 5 +"
     measured = "0.0%"
     measured_error = 0.0
-    recall = Recall("+", tuple(str(i) for i in range(0, 11, 2)),
-                    tuple(str(i) for i in range(1, 11, 2)), ("even", "odd", "+"))
+    recall = Recall(
+        "+",
+        tuple(str(i) for i in range(0, 11, 2)),
+        tuple(str(i) for i in range(1, 11, 2)),
+        ("even", "odd", "+"),
+    )
 
     def sample(self, rng):
         length = int(rng.integers(self.min_len, self.max_len + 1))

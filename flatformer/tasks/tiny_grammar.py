@@ -16,8 +16,8 @@ WORDS = {
     "adj": ["big", "small", "black", "white", "lazy"],
     "animal": ["cat", "dog", "mouse", "bird"],
     "place": ["tree", "house", "mat", "garden"],
-    "verb": ["chased", "saw", "liked", "found"],      # takes an animal as its object
-    "rest": ["sat", "ran", "slept", "sang"],          # takes none; may take a place
+    "verb": ["chased", "saw", "liked", "found"],  # takes an animal as its object
+    "rest": ["sat", "ran", "slept", "sang"],  # takes none; may take a place
     "prep": ["on", "under", "near", "in"],
     "stop": ["."],
 }
@@ -102,13 +102,17 @@ class TinyGrammar(Task):
 
     def __init__(self, train_text: str = "corpus"):
         if train_text not in ("corpus", "grammar"):
-            raise FlatformerError(f"tiny-grammar: train_text must be corpus or grammar, got "
-                                  f"{train_text!r}")
+            raise FlatformerError(
+                f"tiny-grammar: train_text must be corpus or grammar, got {train_text!r}"
+            )
         self.train_text = train_text
         self.word_class = {self.vocab.index(w): cls for cls, ws in WORDS.items() for w in ws}
-        self.allowed_in = {state: np.isin(np.arange(len(self.vocab)),
-                                          [i for i, c in self.word_class.items() if c in edges])
-                           for state, edges in GRAMMAR.items()}
+        self.allowed_in = {
+            state: np.isin(
+                np.arange(len(self.vocab)), [i for i, c in self.word_class.items() if c in edges]
+            )
+            for state, edges in GRAMMAR.items()
+        }
 
     def corpus(self) -> np.ndarray:
         """The shipped training text as tokens."""
@@ -154,8 +158,7 @@ class TinyGrammar(Task):
         if self.train_text == "corpus":
             return [self.corpus()], held
         rng = np.random.default_rng([data_seed, 8])
-        return [np.asarray(self.sample(rng), dtype=np.int64)
-                for _ in range(self.n_sequences)], held
+        return [np.asarray(self.sample(rng), dtype=np.int64) for _ in range(self.n_sequences)], held
 
     def chain(self):
         """The grammar as a hidden Markov chain over the automaton's states: P[s, w], the
@@ -193,7 +196,7 @@ class TinyGrammar(Task):
         losses = np.empty(inputs.shape)
         rows = np.arange(len(inputs))
         for t in range(inputs.shape[1]):
-            weight = belief * P[:, inputs[:, t]].T                    # (W, S): see word x_t
+            weight = belief * P[:, inputs[:, t]].T  # (W, S): see word x_t
             belief = np.zeros_like(belief)
             np.add.at(belief, (rows[:, None], N[:, inputs[:, t]].T), weight)
             belief /= belief.sum(1, keepdims=True)
@@ -201,8 +204,10 @@ class TinyGrammar(Task):
         return float(losses.mean())
 
     def loss_floor(self, data) -> dict:
-        return {"entropy_rate": self.entropy_rate(),
-                "floor": self.window_loss_floor(data.val_inputs, data.val_targets)}
+        return {
+            "entropy_rate": self.entropy_rate(),
+            "floor": self.window_loss_floor(data.val_inputs, data.val_targets),
+        }
 
     def allowed(self, seq):
         """The grammar's allowed next words, at positions the preceding words determine.

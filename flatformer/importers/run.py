@@ -1,0 +1,98 @@
+"""An imported model written as a flatformer run folder: config.json and one checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..errors import FlatformerError
+from ..limits import read_text
+from ..runs import atomic_write, checkpoint_bytes, checkpoint_path
+from ..tasks.imported import ImportedTask
+from .common import Imported
+
+MAX_CORPUS_BYTES = 64 << 20  # read whole; its last MAX_TEXT_TOKENS tokens are kept
+FORMATS = ("nanogpt", "hf-gpt2", "transformer-lens")
+
+
+def detect(source: Path, config: Path | None = None) -> str:
+    """A TransformerLens state dict is the one format that comes with a separate config."""
+    if source.is_file() and (config is not None or source.suffix == ".safetensors"):
+        return "transformer-lens"
+    if source.is_file() and source.suffix in (".pt", ".pth", ".ckpt"):
+        return "nanogpt"
+    if source.is_dir() and (source / "config.json").exists():
+        return "hf-gpt2"
+    raise FlatformerError(f"{source}: cannot tell its format; give --format ({', '.join(FORMATS)})")
+
+
+def read_source(
+    source: Path,
+    fmt: str | None,
+    vocab: Path | None,
+    config: Path | None = None,
+    corpus: Path | None = None,
+) -> tuple[Imported, ImportedTask]:
+    source = Path(source)
+    if not source.exists():
+        raise FlatformerError(f"{source}: no such file or folder")
+    fmt = fmt or detect(source, config)
+    if fmt not in FORMATS:
+        raise FlatformerError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if config is not None and fmt != "transformer-lens":
+        raise FlatformerError(f"--config is for TransformerLens state dicts, not {fmt}")
+    from . import hf_gpt2, nanogpt, tlens
+
+    if fmt == "transformer-lens":
+        imported = tlens.read(source, config)
+    else:
+        imported = (nanogpt if fmt == "nanogpt" else hf_gpt2).read(source)
+    if vocab is not None:
+        from .vocab import read_meta
+
+        chars = read_meta(vocab)
+        if len(chars) != imported.cfg.d_vocab:
+            raise FlatformerError(
+                f"{vocab}: {len(chars)} characters, the model has d_vocab {imported.cfg.d_vocab}"
+            )
+        task = ImportedTask.from_chars(chars)
+    elif imported.vocab is not None:  # token strings (tokenizer.json), typed space-separated
+        task = ImportedTask(imported.vocab)
+    else:
+        task = ImportedTask([str(i) for i in range(imported.cfg.d_vocab)])
+    if corpus is not None:
+        task.set_text(read_text(corpus, "corpus", MAX_CORPUS_BYTES), imported.cfg.n_ctx)
+        imported.provenance["corpus"] = {"source": str(corpus), "tokens": len(task.tokens)}
+    return imported, task
+
+
+def weight_dtype(tensors: dict[str, np.ndarray]) -> str:
+    """The source's weight dtype as read: float32 when every tensor is (the explorer page then
+    carries them as float32), else float64 (`common.as_array` widens every other dtype)."""
+    return "float32" if all(v.dtype == np.float32 for v in tensors.values()) else "float64"
+
+
+def write_run(imported: Imported, task: ImportedTask, out: Path) -> Path:
+    """The run folder `out` (which must not hold a run already)."""
+    out = Path(out)
+    if (out / "config.json").exists():
+        raise FlatformerError(f"{out} already holds a run; choose another --out")
+    config = {
+        "flatformer": __version__,
+        "task": task.name,
+        "seed": 0,
+        "data_seed": 0,
+        "vocab": task.vocab,
+        "model": imported.cfg.to_dict(),
+        **task.config_extra(),
+        "imported": {**imported.provenance, "dtype": weight_dtype(imported.tensors)},
+    }
+    tensors = {k: np.asarray(v, np.float64) for k, v in imported.tensors.items()}
+    path = checkpoint_path(out, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, checkpoint_bytes(tensors))
+    atomic_write(out / "config.json", (json.dumps(config, indent=2) + "\n").encode())
+    return out

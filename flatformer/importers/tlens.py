@@ -1,0 +1,268 @@
+"""A TransformerLens state dict (`.pt` or `.safetensors`) with its config (`cfg.json`, the
+fields of `HookedTransformerConfig` or TransformerLens 4's `TransformerBridgeConfig`).
+
+Two naming schemes are read. The legacy one is `HookedTransformer.state_dict()`'s, which is
+already flatformer's (`blocks.0.attn.W_Q` of shape (n_heads, d_model, d_head)). TransformerLens 4
+removed `HookedTransformer`; its native `TransformerBridge` stores `nn.Linear` layouts instead
+(`blocks.0.attn.q.weight` of shape (n_heads * d_head, d_model), `blocks.0.mlp.in.weight` (d_mlp,
+d_model), `unembed.weight` (d_vocab_out, d_model)), the inverse of TransformerLens's own
+`convert_tl_checkpoint`, undone here.
+
+Weights are imported as stored. A config whose weights TransformerLens processed
+(`layer_norm_folding`, `normalization_type="LNPre"`: LayerNorm without gain and bias, or centred
+writing weights and unembedding) computes the same function as the stored tensors, so the
+import is exact; LNPre becomes a LayerNorm with unit gains and zero biases, noted in provenance.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..config import ModelConfig
+from ..errors import FlatformerError
+from ..limits import read_json
+from .common import Imported, as_array, check_ln_eps, refuse, sha256, torch_state
+
+ACT_FNS = {"relu": "relu", "gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}
+
+# Fields that change the forward pass, with the value under which the engine computes it; any
+# other value is refused by name.
+NEUTRAL = {
+    "positional_embedding_type": ("standard", "rotary or shortformer positions"),
+    "parallel_attn_mlp": (False, "attention and MLP in parallel"),
+    "gated_mlp": (False, "a gated MLP"),
+    "final_rms": (False, "a final RMSNorm"),
+    "uses_rms_norm": (False, "RMSNorm"),
+    "use_qk_norm": (False, "query and key norms"),
+    "use_local_attn": (False, "local attention"),
+    "attention_dir": ("causal", "attention that is not causal"),
+    "scale_attn_by_inverse_layer_idx": (False, "attention scaled by 1/layer"),
+    "use_attn_scale": (True, "attention not scaled by 1/sqrt(d_head)"),
+    "post_embedding_ln": (False, "a LayerNorm after the embedding"),
+    "num_experts": (None, "a mixture of experts"),
+    "use_normalization_before_and_after": (False, "norms before and after each sublayer"),
+    "rmsnorm_uses_offset": (False, "RMSNorm"),
+    "relative_attention_num_buckets": (None, "relative attention"),
+    "relative_attention_max_distance": (None, "relative attention"),
+    "per_layer_head_dim": (None, "heads of different sizes per layer"),
+    "per_layer_num_key_value_heads": (None, "grouped-query attention"),
+    "load_in_4bit": (False, "4-bit quantized weights"),
+    "scale_embedding": (None, "a scaled embedding"),
+    "shortformer_pos": (False, "shortformer positions"),
+    "is_audio_model": (False, "an audio model"),
+    "is_visual_model": (False, "a vision model"),
+    "is_multimodal": (False, "a multimodal model"),
+    "is_stateful": (False, "a stateful model"),
+}
+SOFT_CAPS = ("output_logits_soft_cap", "attn_scores_soft_cap")
+# Fields that do not change what the stored weights compute (devices, initialisation,
+# tokenizer, hooks, checkpoint labels, rotary details without rotary, weight processing).
+INERT = set(
+    "device n_devices dtype seed init_mode initializer_range init_weights n_params model_name "
+    "architecture original_architecture from_checkpoint checkpoint_index checkpoint_label_type "
+    "checkpoint_value tokenizer_name tokenizer_prepends_bos tokenizer_appends_eos "
+    "default_prepend_bos default_padding_side trust_remote_code use_attn_result "
+    "use_split_qkv_input use_hook_mlp_in use_attn_in use_hook_tokens split_attention_weights "
+    "attn_implementation ungroup_grouped_query_attention window_size experts_per_token "
+    "rotary_dim rotary_base rotary_adjacent_pairs rotary_interleaved_cos_sin qk_norm_after_rope "
+    "use_NTK_by_parts_rope NTK_by_parts_low_freq_factor NTK_by_parts_high_freq_factor "
+    "NTK_by_parts_factor NTK_original_ctx_len decoder_start_token_id tie_word_embeddings "
+    "vision_hidden_size vision_num_layers vision_num_heads mm_tokens_per_image "
+    "fold_ln center_writing_weights center_unembed fold_value_biases "
+    "refactor_factored_attn_matrices layer_norm_folding".split()
+)
+SIZES = ("d_model", "d_head", "n_heads", "n_layers", "n_ctx", "d_vocab")
+HANDLED = set(SIZES) | {
+    "d_mlp",
+    "d_vocab_out",
+    "attn_only",
+    "act_fn",
+    "normalization_type",
+    "normalization",
+    "eps",
+    "attn_scale",
+    "n_key_value_heads",
+    "attn_types",
+    *SOFT_CAPS,
+}
+BUFFERS = (".mask", ".IGNORE")
+
+
+def read(path: Path, config_path: Path | None) -> Imported:
+    path = Path(path)
+    if config_path is None:
+        raise FlatformerError(
+            f"{path}: a TransformerLens state dict needs its config: --config cfg.json "
+            "(the fields of HookedTransformerConfig)"
+        )
+    cfg_json = read_json(config_path, "TransformerLens config", 1_000_000)
+    if not isinstance(cfg_json, dict):
+        raise FlatformerError(f"{config_path}: a TransformerLens config must be an object")
+    if path.suffix == ".safetensors":
+        from safetensors.numpy import load_file
+
+        try:
+            state = load_file(path)
+        except Exception as exc:  # a header or size safetensors itself rejects
+            raise FlatformerError(f"{path}: not a readable safetensors file ({exc})") from None
+    else:
+        state = torch_state(path)
+    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+        raise FlatformerError(f"{path}: not a state dict (a mapping from names to tensors)")
+    try:
+        imported = convert(cfg_json, state)
+    except FlatformerError:
+        raise
+    except (TypeError, ValueError, AttributeError) as exc:  # a field or tensor of another type
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise FlatformerError(
+            f"{path} with {config_path}: a value of the wrong type ({first})"
+        ) from None
+    imported.provenance.update(source=str(path), sha256=sha256(path))
+    imported.provenance["config"] = {"source": str(config_path), "sha256": sha256(config_path)}
+    return imported
+
+
+def check_fields(c: dict) -> None:
+    """Refuse, by field and value, every feature the engine lacks; refuse unknown fields."""
+    norm = c.get("normalization_type", c.get("normalization", "LN"))
+    if norm in ("RMS", "RMSPre"):
+        refuse("normalization_type", norm, "RMSNorm")
+    if norm not in (None, "LN", "LNPre"):
+        refuse("normalization_type", norm, "a normalization other than LayerNorm")
+    for name, (neutral, what) in NEUTRAL.items():
+        if name in c and c[name] != neutral and not (neutral is None and c[name] is False):
+            refuse(name, c[name], what)
+    for name in SOFT_CAPS:
+        if name in c and c[name] is not None and float(c[name]) > 0:
+            refuse(name, c[name], "logit soft-capping")
+    if norm is not None:
+        check_ln_eps("eps", c.get("eps", 1e-5))
+    kv = c.get("n_key_value_heads")
+    if kv is not None and kv != c.get("n_heads"):
+        refuse("n_key_value_heads", kv, "grouped-query attention")
+    if any(t != "global" for t in c.get("attn_types") or []):
+        refuse("attn_types", c["attn_types"], "local attention")
+    act = c.get("act_fn", "relu")
+    if act not in ACT_FNS:
+        refuse("act_fn", act, f"the engine's activations are {', '.join(ACT_FNS)}")
+    unknown = sorted(set(c) - set(NEUTRAL) - INERT - HANDLED)
+    if unknown:
+        raise FlatformerError(
+            f"cannot import: unknown TransformerLens config field {unknown[0]!r}; "
+            "if it does not change the forward pass, remove it from the config"
+        )
+
+
+def legacy_names(state: dict, H: int, dh: int) -> dict[str, np.ndarray]:
+    """TransformerLens 4 bridge names and Linear layouts as HookedTransformer's."""
+    out = {}
+    for key, tensor in state.items():
+        t = as_array(tensor)
+        stem, _, leaf = key.rpartition(".")
+        part = stem.rpartition(".")[2]
+        if stem in ("embed", "pos_embed") and leaf == "weight":
+            out[stem + (".W_E" if stem == "embed" else ".W_pos")] = t
+        elif part in ("ln1", "ln2") or stem == "ln_final":
+            out[f"{stem}.{'w' if leaf == 'weight' else 'b'}"] = t
+        elif part in ("q", "k", "v") and stem.endswith(".attn." + part):
+            base = stem[: -len(part)]
+            if leaf == "weight":
+                out[base + "W_" + part.upper()] = t.reshape(H, dh, -1).transpose(0, 2, 1)
+            else:
+                out[base + "b_" + part.upper()] = t.reshape(H, dh)
+        elif stem.endswith(".attn.o"):
+            base = stem[:-1]
+            if leaf == "weight":
+                out[base + "W_O"] = t.T.reshape(H, dh, -1)
+            else:
+                out[base + "b_O"] = t
+        elif stem.endswith((".mlp.in", ".mlp.out")):
+            name = stem.rpartition(".")[0] + (".W_" if leaf == "weight" else ".b_") + part
+            out[name] = t.T if leaf == "weight" else t
+        elif stem == "unembed":
+            out["unembed.W_U" if leaf == "weight" else "unembed.b_U"] = (
+                t.T if leaf == "weight" else t
+            )
+        else:
+            raise FlatformerError(f"TransformerLens state dict: unknown tensor {key!r}")
+    return out
+
+
+def convert(c: dict, state: dict) -> Imported:
+    check_fields(c)
+    try:
+        d, dh, L, T, V = (int(c[k]) for k in ("d_model", "d_head", "n_layers", "n_ctx", "d_vocab"))
+        H = int(c.get("n_heads", -1))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FlatformerError(f"TransformerLens config lacks a size: {exc}") from None
+    H = H if H > 0 else d // dh
+    scale = c.get("attn_scale", -1.0)
+    if scale not in (None, -1, -1.0) and abs(float(scale) - math.sqrt(dh)) > 1e-12:
+        refuse("attn_scale", scale, "attention not scaled by 1/sqrt(d_head)")
+    state = {k: v for k, v in state.items() if not k.endswith(BUFFERS)}
+    if "embed.weight" in state:
+        t, fmt = legacy_names(state, H, dh), "transformer-lens-bridge"
+    else:
+        t = {k.replace("._W_", ".W_").replace("._b_", ".b_"): as_array(v) for k, v in state.items()}
+        fmt = "transformer-lens"
+    if "embed.W_E" not in t:
+        raise FlatformerError("TransformerLens state dict has no embed.W_E (nor embed.weight)")
+    changes, dtype = [], t["embed.W_E"].dtype
+    norm = c.get("normalization_type", c.get("normalization", "LN"))
+    attn_only = bool(c.get("attn_only", False))
+    ln_names = [f"blocks.{i}.ln{j}" for i in range(L) for j in ((1,) if attn_only else (1, 2))]
+    if norm == "LNPre":
+        for name in ln_names + ["ln_final"]:
+            t[name + ".w"], t[name + ".b"] = np.ones(d, dtype), np.zeros(d, dtype)
+        changes.append("normalization_type LNPre: LayerNorm with unit gains and zero biases")
+    if c.get("layer_norm_folding") or c.get("fold_ln"):
+        changes.append("LayerNorm folded by TransformerLens: weights imported as stored")
+    if "unembed.W_U" not in t and c.get("tie_word_embeddings"):
+        t["unembed.W_U"] = t["embed.W_E"].T
+        changes.append("unembed absent (tie_word_embeddings): embed.W_E copied")
+    d_mlp = 0 if attn_only else t.get("blocks.0.mlp.W_in", np.zeros((d, 0))).shape[1]
+    if not attn_only and c.get("d_mlp") not in (None, d_mlp):
+        raise FlatformerError(f"TransformerLens config: d_mlp {c['d_mlp']}, W_in has {d_mlp}")
+    V_out = int(c.get("d_vocab_out", -1))
+    V_out = V if V_out <= 0 else V_out
+    biases = {f"blocks.{i}.attn.b_{w}": (H, dh) for i in range(L) for w in "QKVO"}
+    biases["unembed.b_U"] = (V_out,)
+    absent = [name for name in biases if name not in t]
+    for name in absent:
+        t[name] = np.zeros(d if name.endswith("b_O") else biases[name], dtype)
+    if absent:
+        changes.append(f"{len(absent)} absent biases ({absent[0]}, ...): zeros filled in")
+    cfg = ModelConfig(
+        d_model=d,
+        n_heads=H,
+        d_head=dh,
+        n_layers=L,
+        d_mlp=d_mlp,
+        n_ctx=T,
+        d_vocab=V,
+        act_fn=ACT_FNS[c.get("act_fn", "relu")],
+        normalization="none" if norm is None else "pre_ln",
+        qkv_bias=True,
+        attn_out=True,
+        attn_out_bias=True,
+        unembed_bias=True,
+        ln_final=norm is not None,
+        d_vocab_out=0 if V_out == V else V_out,
+    )
+    shapes = cfg.param_shapes()
+    extra = sorted(set(t) - set(shapes))
+    if extra:
+        raise FlatformerError(f"TransformerLens state dict: tensor {extra[0]!r} is not in its cfg")
+    for name, shape in shapes.items():
+        if name not in t:
+            raise FlatformerError(f"TransformerLens state dict is missing tensor {name}")
+        if t[name].shape != shape:
+            raise FlatformerError(
+                f"TransformerLens tensor {name} has shape {t[name].shape}, the cfg says {shape}"
+            )
+    tensors = {k: np.ascontiguousarray(t[k]) for k in shapes}
+    return Imported(cfg, tensors, None, {"format": fmt, "changes": changes})

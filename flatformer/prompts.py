@@ -1,0 +1,114 @@
+"""Behaviour defined by examples: a JSON-lines prompts file, one example a line,
+`{"prompt": "4 1 + 4 6 9 5 +", "target": "6", "corrupt": "4 1 + 4 8 9 5 +"}`.
+
+Each prompt is encoded with the run's `task.encode`; the target is one token, the next token
+after the prompt, so the metric reads the prompt's last position. Prompts of different lengths
+are right-padded with token 0: attention is causal, so nothing after the read position changes
+its logits. A corrupt prompt (optional; all lines or none) must have its clean prompt's length,
+so positions align for resample ablation and patching; its target is the token it predicts,
+written as "corrupt_target" (required with "corrupt").
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .errors import FlatformerError
+from .limits import read_text
+
+MAX_BYTES = 10_000_000
+
+
+def task_examples(task, data, n: int) -> list[dict]:
+    """The same held-out windows, read positions and targets `flatformer circuits` measures a
+    task on (edges.methods.prompts_for), with the task's corruption, as example lines."""
+    from .edges.methods import prompts_for
+
+    tokens, index, target = prompts_for(task, data, n)
+    made = task.corrupt(tokens, index, np.random.default_rng(0))
+    rows = []
+    for i in range(len(tokens)):
+        row = {"prompt": task.decode(tokens[i, : index[i] + 1]), "target": task.decode([target[i]])}
+        if made is not None:
+            row["corrupt"] = task.decode(made[0][i, : index[i] + 1])
+            row["corrupt_target"] = task.decode([made[1][i]])
+        rows.append(row)
+    return rows
+
+
+def _encode(task, text, what, line) -> list[int]:
+    if not isinstance(text, str):
+        raise FlatformerError(f"prompts line {line}: {what} must be a string, got {text!r}")
+    try:
+        return task.encode(text)
+    except FlatformerError as exc:
+        raise FlatformerError(f"prompts line {line}: {what}: {exc}") from None
+
+
+def _one_token(task, text, what, line) -> int:
+    ids = _encode(task, text, what, line)
+    if len(ids) != 1:
+        raise FlatformerError(
+            f"prompts line {line}: {what} must be exactly one token, got {len(ids)}"
+        )
+    return ids[0]
+
+
+def _sequence(task, text, what, line, n_ctx) -> list[int]:
+    ids = _encode(task, text, what, line)
+    if not 1 <= len(ids) <= n_ctx:
+        raise FlatformerError(
+            f"prompts line {line}: {what} has {len(ids)} tokens; the model reads 1..{n_ctx}"
+        )
+    return ids
+
+
+def read_examples(path, task, n_ctx: int):
+    """(tokens (B, T), index (B,), target (B,), corrupt (B, T) or None, corrupt_target or None)
+    from a prompts file, every line checked; one-line errors name the line."""
+    text = read_text(path, "prompts file", MAX_BYTES)
+    rows = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except ValueError as exc:
+            raise FlatformerError(f"prompts line {n}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict) or "prompt" not in row or "target" not in row:
+            raise FlatformerError(f'prompts line {n}: needs an object with "prompt" and "target"')
+        extra = set(row) - {"prompt", "target", "corrupt", "corrupt_target"}
+        if extra:
+            raise FlatformerError(f"prompts line {n}: unknown field {sorted(extra)[0]!r}")
+        clean = _sequence(task, row["prompt"], "prompt", n, n_ctx)
+        target = _one_token(task, row["target"], "target", n)
+        corrupt = ctarget = None
+        if "corrupt" in row:
+            corrupt = _sequence(task, row["corrupt"], "corrupt", n, n_ctx)
+            if len(corrupt) != len(clean):
+                raise FlatformerError(
+                    f"prompts line {n}: corrupt has {len(corrupt)} tokens, "
+                    f"prompt {len(clean)}; they must align"
+                )
+            if "corrupt_target" not in row:
+                raise FlatformerError(f"prompts line {n}: corrupt needs a corrupt_target")
+            ctarget = _one_token(task, row["corrupt_target"], "corrupt_target", n)
+        rows.append((n, clean, target, corrupt, ctarget))
+    if not rows:
+        raise FlatformerError(f"prompts file {path} has no examples")
+    if len({r[3] is None for r in rows}) > 1:
+        first = next(r[0] for r in rows if (r[3] is None) != (rows[0][3] is None))
+        raise FlatformerError(f'prompts line {first}: give "corrupt" on every line or none')
+    width = max(len(r[1]) for r in rows)
+    tokens = np.zeros((len(rows), width), dtype=np.int64)
+    corrupt = None if rows[0][3] is None else np.zeros_like(tokens)
+    for i, (_, clean, _, bad, _) in enumerate(rows):
+        tokens[i, : len(clean)] = clean
+        if corrupt is not None:
+            corrupt[i, : len(bad)] = bad
+    index = np.array([len(r[1]) - 1 for r in rows])
+    target = np.array([r[2] for r in rows])
+    ctarget = None if corrupt is None else np.array([r[4] for r in rows])
+    return tokens, index, target, corrupt, ctarget

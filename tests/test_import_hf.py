@@ -1,0 +1,67 @@
+"""Hugging Face GPT-2 folders: built with transformers, saved both ways, imported, compared."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from flatformer.errors import FlatformerError
+from flatformer.importers import hf_gpt2
+from flatformer.transformer import Transformer
+
+
+def gpt2(folder, safe: bool, **overrides):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=13,
+        n_positions=10,
+        n_embd=16,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        **overrides,
+    )
+    model = GPT2LMHeadModel(config).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name or name.endswith("bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    model.save_pretrained(folder, safe_serialization=safe)
+    return model
+
+
+@pytest.mark.parametrize("safe", [True, False])
+def test_imported_gpt2_logits_and_greedy_tokens_equal_transformers(tmp_path, safe):
+    torch.set_num_threads(1)
+    source = gpt2(tmp_path, safe)
+    imported = hf_gpt2.read(tmp_path)
+    model = Transformer(imported.cfg, imported.tensors)
+    tokens = np.random.default_rng(0).integers(0, 13, (4, 10))
+    with torch.no_grad():
+        expected = source(torch.tensor(tokens)).logits.numpy()
+        ours = model(tokens)
+        assert np.abs(ours - expected).max() < 1e-9
+        greedy = source.generate(
+            torch.tensor([[1, 2]]), max_new_tokens=8, do_sample=False, pad_token_id=0
+        )[0].tolist()
+    seq = [1, 2]
+    for _ in range(8):
+        seq.append(int(np.argmax(model(np.array([seq]))[0, -1])))
+    assert seq == greedy
+    assert imported.provenance["format"] == "hf-gpt2"
+
+
+def test_a_gpt2_with_another_layernorm_epsilon_or_activation_is_refused_by_name(tmp_path):
+    gpt2(tmp_path, True, layer_norm_epsilon=1e-6)
+    with pytest.raises(FlatformerError, match=r"layer_norm_epsilon = 1e-06"):
+        hf_gpt2.read(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.update(layer_norm_epsilon=1e-5, activation_function="relu")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(FlatformerError, match=r"activation_function = 'relu'"):
+        hf_gpt2.read(tmp_path)
