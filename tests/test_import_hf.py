@@ -65,3 +65,37 @@ def test_a_gpt2_with_another_layernorm_epsilon_or_activation_is_refused_by_name(
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(FlatformerError, match=r"activation_function = 'relu'"):
         hf_gpt2.read(tmp_path)
+
+
+def save_word_tokenizer(folder, words):
+    """tokenizer.json as the tokenizers library writes it, for a word-level vocabulary."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0])).save(
+        str(folder / "tokenizer.json")
+    )
+
+
+def test_tokens_with_whitespace_are_shown_by_name_and_the_page_opens(tmp_path):
+    from flatformer.explorer import render_html
+    from flatformer.importers.run import read_source, write_run
+    from flatformer.runs import load_run
+
+    gpt2(tmp_path, True)
+    words = ["<unk>", " ", "\n", "a b", "\tc"] + [f"w{i}" for i in range(8)]
+    save_word_tokenizer(tmp_path, words)
+    imported, task = read_source(tmp_path, None, None)
+    assert task.vocab[:5] == ["<unk>", "␣", "⏎", "a␣b", "⇥c"] and task.vocab[5] == "w0"
+    assert any("visible name" in c for c in imported.provenance["changes"])
+    assert task.encode("␣ a␣b w7") == [1, 3, 12]
+    run = write_run(imported, task, tmp_path / "run")
+    assert load_run(run).vocab == task.vocab
+    assert json.dumps("a␣b") in render_html(run)  # the page carries the shown names
+
+
+def test_tokens_alike_once_whitespace_is_shown_are_refused(tmp_path):
+    gpt2(tmp_path, True)
+    save_word_tokenizer(tmp_path, [" ", "␣"] + [f"w{i}" for i in range(11)])
+    with pytest.raises(FlatformerError, match="two tokens alike"):
+        hf_gpt2.read(tmp_path)
