@@ -7,6 +7,11 @@ Prints two figures for the paper model: time from navigation to a ready page (se
 every panel drawn; budget 1 s), and the time of a full re-render after a knob change (budget
 16 ms, one frame), both as the script's own time and with the browser's layout forced.
 With --screenshots DIR it also saves one PNG per panel (DIR/explorer_<panel>.png).
+
+Then the page of a model brought from elsewhere at the size issue 26 names: a float32 GPT-2
+folder of just under 1M parameters (5 layers, 4 heads, d_model 128), imported as a user would
+(`flatformer import`). Its figures: navigation to open (the self-check run and the first
+viewport drawn; budget 3 s) and to ready (every panel drawn, the 20 heads' circuits last).
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ def main():
     parser.add_argument("--loads", type=int, default=5)
     parser.add_argument("--changes", type=int, default=60)
     parser.add_argument("--screenshots", type=Path, help="save one PNG per panel here")
+    parser.add_argument("--big-loads", type=int, default=3, help="loads of the 1M model's page")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
@@ -117,6 +123,7 @@ def main():
             page.wait_for_function(READY)
             page.evaluate(CHANGES, 8)  # warm the JIT, as a user's first clicks do
             timing = page.evaluate(CHANGES, args.changes)
+            big = time_big_model(browser, Path(tmp), args.big_loads)
             if args.screenshots:
                 context = browser.new_context(viewport={"width": 1280, "height": 900})
                 page = context.new_page()
@@ -144,6 +151,78 @@ def main():
         f"median {s_med:.1f} ms, p90 {s_p90:.1f} ms (budget 16 ms); "
         f"with layout forced: median {l_med:.1f} ms, p90 {l_p90:.1f} ms"
     )
+
+    n_big, size_big, opened, drawn = big
+    print(
+        f"  imported float32 GPT-2 of {n_big} parameters, {size_big / 1e6:.1f} MB page "
+        f"({args.big_loads} cold loads): open median {statistics.median(opened):.2f} s, "
+        f"worst {max(opened):.2f} s (budget 3 s); every panel drawn: median "
+        f"{statistics.median(drawn):.1f} s"
+    )
+
+
+def write_gpt2_folder(folder: Path) -> None:
+    """A Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer.json) of random
+    float32 weights, its LayerNorms and biases moved off 1 and 0 so they matter."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    chars, d, L, T = "abcdefghi \n", 128, 5, 32
+    V = len(chars)
+
+    def normal(*shape, scale=0.02):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    state = {"transformer.wte.weight": normal(V, d), "transformer.wpe.weight": normal(T, d)}
+    for i in range(L):
+        h = f"transformer.h.{i}."
+        for ln in ("ln_1", "ln_2"):
+            state[h + ln + ".weight"] = 1 + normal(d, scale=0.3)
+            state[h + ln + ".bias"] = normal(d, scale=0.3)
+        for name, (n_in, n_out) in {
+            "attn.c_attn": (d, 3 * d),
+            "attn.c_proj": (d, d),
+            "mlp.c_fc": (d, 4 * d),
+            "mlp.c_proj": (4 * d, d),
+        }.items():
+            state[h + name + ".weight"] = normal(n_in, n_out)  # Conv1D: (in, out)
+            state[h + name + ".bias"] = normal(n_out, scale=0.3)
+    state["transformer.ln_f.weight"] = 1 + normal(d, scale=0.3)
+    state["transformer.ln_f.bias"] = normal(d, scale=0.3)
+    folder.mkdir(parents=True)
+    save_file(state, str(folder / "model.safetensors"))
+    config = {"model_type": "gpt2", "n_embd": d, "n_head": 4, "n_layer": L}
+    config.update(vocab_size=V, n_positions=T)
+    (folder / "config.json").write_text(json.dumps(config))
+    vocab = {c: i for i, c in enumerate(chars)}
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}))
+
+
+def time_big_model(browser, tmp: Path, loads: int):
+    """Seconds from navigation to open and to ready, for each cold load of the 1M model's page."""
+    from flatformer.explorer import render_html
+    from flatformer.importers.run import read_source, write_run
+    from flatformer.runs import load_run
+
+    write_gpt2_folder(tmp / "gpt2")
+    run_dir = write_run(*read_source(tmp / "gpt2", None, None), tmp / "imported")
+    page_file = tmp / "imported.html"
+    page_file.write_text(render_html(run_dir), encoding="utf-8")
+    opened, drawn = [], []
+    for _ in range(loads):
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.goto(page_file.as_uri())
+        page.wait_for_function(READY, timeout=300_000)
+        if not page.evaluate("explorer.selfCheck.ok"):
+            raise SystemExit("the imported model's self-check failed")
+        opened.append(page.evaluate("explorer.openedAt") / 1000)
+        drawn.append(page.evaluate("explorer.readyAt") / 1000)
+        context.close()
+    return load_run(run_dir).cfg.n_params, page_file.stat().st_size, opened, drawn
 
 
 def shoot(page, folder: Path):

@@ -62,6 +62,9 @@ def open_page(
 ) -> Watched:
     """A new page in a fresh context, recording requests, console errors and dialogs."""
     context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    # Waits end when the page is ready; the bound only ends a page that never is, and it is
+    # wide because the suite's other workers share the machine.
+    context.set_default_timeout(90_000)
     page = context.new_page()
     watched = Watched(page)
     page.on("request", lambda r: watched.requests.append(r.url))
