@@ -1,3 +1,7 @@
+import subprocess
+import sys
+import tempfile
+
 import pytest
 
 try:
@@ -81,6 +85,23 @@ SLOW_TESTS = {
     "test_playground": {"test_playground_command_writes_one_offline_page"},
     "test_tasks": {"test_analyze_default_prompts_cover_an_ordered_held_out_set"},
 }
+
+
+def pytest_sessionstart(session):
+    """Under xdist, fill numba's cache once before the workers start (this hook runs before
+    xdist's own): otherwise every worker's first fixture compiles the same kernels at once.
+    A short training run compiles what most tests use (training beside evaluation, on two
+    cores); a failure here is left to the tests that meet it."""
+    config = session.config
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "flatformer", "train", "plus-last-even", "--steps", "100"]
+            + ["--out", f"{tmp}/warm"],
+            capture_output=True,
+            timeout=600,
+        )
 
 
 def pytest_collection_modifyitems(items):

@@ -69,6 +69,13 @@ def fresh_checkout(dest: Path):
                 ".git", "runs", "__pycache__", "*.egg-info", "build", "dist"
             ),
         )
+    # numba's cache of the engine, where it is filled: the files copied keep their times, which
+    # is all numba checks, so the commands do not compile the kernels again (the cold start
+    # has its own test, tests/test_first_run.py).
+    for cached in (ROOT / "flatformer").rglob("__pycache__/*.nb[ic]"):
+        target = dest / cached.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(cached, target)
 
 
 def shims(folder: Path) -> Path:
