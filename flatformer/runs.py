@@ -125,6 +125,16 @@ def refuse_links(folder: Path, names=RUN_FILES):
             )
 
 
+def left_by_a_start(entry: os.DirEntry) -> bool:
+    """What a run killed before its config.json was written leaves in its folder: the lock,
+    an empty checkpoints/ and the temporary file of an atomic write (so its rerun goes on)."""
+    if entry.is_symlink():
+        return False
+    if entry.name == "checkpoints" and entry.is_dir():
+        return not any(os.scandir(entry.path))
+    return entry.name == ".lock" or (bool(TEMPORARY.match(entry.name)) and entry.is_file())
+
+
 def claim_folder(folder, what: str, ours=lambda f: (Path(f) / "config.json").is_file()):
     """Refuse, before anything is written, an output folder that is not ours to write: the
     filesystem's root, a file, a symbolic link, or an existing non-empty folder that holds
@@ -137,7 +147,7 @@ def claim_folder(folder, what: str, ours=lambda f: (Path(f) / "config.json").is_
     if folder.exists() and not folder.is_dir():
         raise FlatformerError(f"{what} {folder} is a file, not a folder")
     refuse_links(folder)
-    if folder.is_dir() and not ours(folder) and any(e.name != ".lock" for e in os.scandir(folder)):
+    if folder.is_dir() and not ours(folder) and not all(map(left_by_a_start, os.scandir(folder))):
         raise FlatformerError(
             f"{what} {folder} is not empty and holds no flatformer run; "
             f"choose an empty or new folder"

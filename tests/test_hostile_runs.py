@@ -575,3 +575,19 @@ def test_the_page_cuts_token_names_at_the_figures_limit():
     assert sum("FlatConstants.MAX_LABEL" in s for s in scripts) >= 1
     assert not any(re.search(r"LABEL_MAX|> 24 \?", s) for s in scripts)
     assert labels.short("x" * 100) == "x" * (labels.MAX_LABEL - 1) + "\u2026"
+
+
+def test_a_start_killed_before_its_config_was_written_is_run_again(world):
+    """The lock, an empty checkpoints/ and an atomic write's temporary file are what a run
+    killed at its start leaves: the same command run again trains there (a sweep retries so);
+    one more file of anyone's and the folder is refused."""
+    left = world / "new"
+    (left / "checkpoints").mkdir(parents=True)
+    (left / ".lock").touch()
+    (left / "config.json.0123456789ab.tmp").write_text("{")
+    run_case(world, [*TRAIN, "--out", "new"], writes=("new",), ok=True)
+    assert (left / "config.json").is_file() and not list(left.glob("*.tmp"))
+    other = world / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "checkpoints" / "notes.txt").write_text("mine\n")
+    run_case(world, [*TRAIN, "--out", "other"], ["not empty"], writes=())
