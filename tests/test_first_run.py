@@ -94,3 +94,7 @@ def test_the_first_run_says_it_compiles_at_once_and_trains_as_every_later_run(tm
     assert len(files) >= 3, files
     for name in files:
         assert (tmp_path / "cold" / name).read_bytes() == (tmp_path / "warm" / name).read_bytes()
+    # Every kernel compiled for one argument type only (numba numbers a kernel's machine code
+    # .1.nbc, .2.nbc, ... per type): a second would be a second compile of it on every cold start.
+    assert len(list(cache.rglob("*.1.nbc"))) >= 20
+    assert not sorted(f.name for f in cache.rglob("*.nbc") if not f.name.endswith(".1.nbc"))

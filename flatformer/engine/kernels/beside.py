@@ -2,16 +2,20 @@
 given as JSON (TRAIN_TYPES) into numba's cache, and exit.
 
 The backward pass first: the first process is compiling the evaluation's kernel meanwhile,
-with the forward pass in it, so when train_chunk needs the forward pass it is usually in the
-cache already and is loaded, not compiled a second time."""
+with the forward pass in it. When the backward pass is done, this one waits for the forward
+pass to reach the cache (FORWARD_WAIT at most), so that train_chunk loads it rather than
+compiling it a second time on the core the first process is using."""
 
 import json
+import time
 
 import numba
 import numpy as np
 
 from .entries import train_chunk
-from .passes import backward_seed, buffers
+from .passes import backward_seed, buffers, forward_seed
+
+FORWARD_WAIT = 60.0  # s: the first process's whole compile, with room; then compile it here
 
 # train_chunk's argument types, as train_steps passes them: (dtype, ndim) for a C-contiguous
 # array, (dtype, 0) for a scalar. The same for every model, so a second process can compile it
@@ -51,4 +55,18 @@ def main(spec: str):
     # A Buffers of arrays (built by buffers' Python function) has the type of the kernels' own.
     bufs = numba.typeof(buffers.py_func(np.ones(7, np.int64), 1, 1, 1))
     backward_seed.compile((p, p, tokens, glob, lay, dims, numba.int64, numba.int64, bufs))
+    await_cached(forward_seed)
     train_chunk.compile(types)
+
+
+def await_cached(kernel, timeout: float = FORWARD_WAIT):
+    """Return once numba's cache holds machine code for `kernel` (the index numba reads), or
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if kernel._cache._cache_file._load_index():
+                return
+        except Exception:  # numba's internals moved: compile it here, as before
+            return
+        time.sleep(0.05)

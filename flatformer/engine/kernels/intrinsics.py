@@ -46,10 +46,10 @@ def unliteral(dispatcher):
     """Type a kernel's calls by their arguments' types, not their values: numba compiles a
     callee once for each combination of constants it is called with (`linear(..., -1, False)`
     and `linear(..., bias, True)` were five compiles of `linear`, `blocks_forward(..., True)` and
-    `(..., False)` two of the forward pass), which was most of a first run's compile. Only for
-    kernels without fastmath: their operations run in the order written whatever the compiler
-    folds, so their numbers do not change; a reassociating kernel's loops might vectorize
-    differently once a constant is gone, and keep their specialisations."""
+    `(..., False)` two of the forward pass, the constant offsets passed to `linear_back_w`
+    three of it), which was most of a first run's compile: each copy is linked into, and
+    optimised again with, every kernel above it. A reassociating kernel's sums are fixed by
+    its one compile, whoever calls it."""
     resolve = getattr(dispatcher, "get_call_template", None)
     if resolve is None:  # numba's internals moved: keep its default
         return
@@ -65,15 +65,15 @@ def unliteral(dispatcher):
 
 def njit(*args, **options):
     """numba.njit, its cache (with cache=True) stamped with the whole package (package_stamp),
-    and, for kernels without fastmath, compiled once for their argument types rather than once
-    per constant a caller passes (`unliteral`)."""
+    and compiled once for its argument types rather than once per constant a caller passes
+    (`unliteral`; not for kernels inlined where they are called)."""
 
     def wrap(function):
         dispatcher = numba_njit(**options)(function)
         cache = getattr(dispatcher, "_cache", None)
         if options.get("cache") and hasattr(getattr(cache, "_cache_file", None), "_source_stamp"):
             cache._cache_file._source_stamp = STAMP
-        if "fastmath" not in options and "inline" not in options:
+        if "inline" not in options:
             unliteral(dispatcher)
         return dispatcher
 

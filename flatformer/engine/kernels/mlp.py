@@ -8,8 +8,8 @@ import math
 from ...config import GELU_C
 from .intrinsics import EXACT, FAST, INNER, njit
 from .tensors import BIN, BOUT, LN2B, LN2W, WIN, WOUT
-from .primitives import NO_ROWS, add_to, layer_norm, layer_norm_back, linear, linear_back_w
-from .primitives import linear_back_x, total
+from .primitives import add_to, layer_norm, layer_norm_back, linear, linear_back_w
+from .primitives import linear_back_x, no_rows, total
 
 
 @njit(**EXACT, **INNER)
@@ -22,7 +22,7 @@ def mlp_forward(p, o, gelu, x, h2, s2, m_in, pre, post, out):
         layer_norm(p, o[LN2W], o[LN2B], x, h2, s2, m_in)
         y = m_in
     if gelu:
-        linear(p, o[WIN], d, m, y, pre, 0, m, NO_ROWS, o[BIN], False)
+        linear(p, o[WIN], d, m, y, pre, 0, m, no_rows(pre), o[BIN], False)
         for c in range(m):
             for n in range(N):
                 a = pre[c, n]
@@ -31,7 +31,7 @@ def mlp_forward(p, o, gelu, x, h2, s2, m_in, pre, post, out):
         relu_mlp_2(p, o, y, x, post, out)
         return
     else:  # ReLU: post > 0 wherever pre > 0, all the backward pass needs of pre
-        linear(p, o[WIN], d, m, y, post, 0, m, NO_ROWS, o[BIN], True)
+        linear(p, o[WIN], d, m, y, post, 0, m, no_rows(post), o[BIN], True)
     linear(p, o[WOUT], m, d, post, out, 0, d, x, o[BOUT], False)
 
 
@@ -79,7 +79,7 @@ def general_mlp_back(p, g, o, l, gelu, x, pre, post, dres, dmid, dpre):
     d, N = dres.shape
     m = dpre.shape[0]
     linear_back_w(g, o[WOUT], m, d, post[l], dres, 0, d, o[BOUT])
-    linear_back_x(p, o[WOUT], m, d, dres, 0, d, dpre, NO_ROWS if gelu else post[l], True)
+    linear_back_x(p, o[WOUT], m, d, dres, 0, d, dpre, no_rows(dpre) if gelu else post[l], True)
     if gelu:
         for c in range(m):
             for n in range(N):
@@ -89,7 +89,7 @@ def general_mlp_back(p, g, o, l, gelu, x, pre, post, dres, dmid, dpre):
                     1.0 + 3.0 * 0.044715 * a * a
                 )
     linear_back_w(g, o[WIN], d, m, x, dpre, 0, m, o[BIN])
-    linear_back_x(p, o[WIN], d, m, dpre, 0, m, dmid, NO_ROWS, True)
+    linear_back_x(p, o[WIN], d, m, dpre, 0, m, dmid, no_rows(dmid), True)
 
 
 @njit(**FAST, **INNER)

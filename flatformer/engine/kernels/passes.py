@@ -13,7 +13,7 @@ from .attention import attention, attention_at, attention_back
 from .intrinsics import EXACT, INNER, exp, njit
 from .tensors import BQ, LN1B, LN1W, WIN, WO, WQ
 from .mlp import mlp_back, mlp_forward
-from .primitives import NO_ROWS, add_to, copy, layer_norm, layer_norm_back, linear
+from .primitives import add_to, copy, layer_norm, layer_norm_back, linear, no_rows
 from .primitives import linear_back_w, linear_back_x
 
 
@@ -94,7 +94,7 @@ def unembed_forward(p, glob, x, hf, sf, final, logits):
     if glob[4] >= 0:
         layer_norm(p, glob[4], glob[5], x, hf, sf, final)
         x = final
-    linear(p, glob[2], d, V, x, logits, 0, V, NO_ROWS, glob[3], False)
+    linear(p, glob[2], d, V, x, logits, 0, V, no_rows(logits), glob[3], False)
 
 
 @njit(**EXACT, **INNER)
@@ -135,7 +135,7 @@ def blocks_forward(p, tok, glob, lay, dims, B, T, bufs, whole):
                     qkv[l, r],
                     h * dh,
                     dh,
-                    NO_ROWS,
+                    no_rows(qkv[l, r]),
                     o[BQ + r] + h * dh if o[BQ + r] >= 0 else -1,
                     False,
                 )
@@ -266,7 +266,7 @@ def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
     L, hd = lay.shape[0], dims[1] * dims[2]
     WE, WPOS, WU, BU, LNFW, LNFB = glob[0], glob[1], glob[2], glob[3], glob[4], glob[5]
     linear_back_w(g, WU, d, V, final if LNFW >= 0 else res[L], dlogits, 0, V, BU)
-    linear_back_x(p, WU, d, V, dlogits, 0, V, dres, NO_ROWS, True)
+    linear_back_x(p, WU, d, V, dlogits, 0, V, dres, no_rows(dres), True)
     if LNFW >= 0:
         layer_norm_back(p, g, LNFW, LNFB, dres, hf, sf, dres)
     for l in range(L - 1, -1, -1):
@@ -276,7 +276,7 @@ def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
         # Attention: z = e + concat_h(softmax(q k^T / sqrt(dh)) v) [W_O]
         if o[WO] >= 0:
             linear_back_w(g, o[WO], hd, d, z[l], dres, 0, d, -1)
-            linear_back_x(p, o[WO], hd, d, dres, 0, d, dz, NO_ROWS, True)
+            linear_back_x(p, o[WO], hd, d, dres, 0, d, dz, no_rows(dz), True)
         else:
             copy(dres, dz)
         attention_back(
@@ -316,7 +316,7 @@ def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
                     h * dh,
                     dh,
                     dmid,
-                    NO_ROWS,
+                    no_rows(dmid),
                     r == 0 and h == 0,
                 )
         if o[LN1W] >= 0:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from ...config import LN_EPS
 from .intrinsics import EXACT, FAST, INNER, njit
@@ -29,14 +28,19 @@ def total(a):
     return acc
 
 
-NO_ROWS = np.empty((0, 0))  # linear's base for sums from 0, linear_back_x's mask for none
+@njit(**EXACT, inline="always")
+def no_rows(x):
+    """x's view with no rows: linear's base for sums from 0, linear_back_x's mask for none.
+    A view, not a global empty array: numba makes a global read-only, another argument type,
+    and so another compile of every kernel it is passed to."""
+    return x[:0]
 
 
 @njit(**EXACT, **INNER)
 def linear(p, w, n_in, n_out, x, out, col0, stride, base, bias, relu):
     """out[col0 + o] = base[col0 + o] + sum_i W[i, o] x[i] + b[o] over positions, after a
     ReLU with `relu`: W[i, o] at p[w + i * stride + o] (stride lets one head's block of W_Q
-    be read in place), b[o] at p[bias + o] (bias -1: none), base NO_ROWS for 0. Two inputs
+    be read in place), b[o] at p[bias + o] (bias -1: none), base no_rows(out) for 0. Two inputs
     per pass over the row (an odd one alone in the first, plus 0 x[0]), the first pass
     assigning where there is no base, the bias and ReLU in the last: at these sizes a pass
     costs more than its arithmetic. Rows are indexed, not taken as views (arrays handed to
@@ -82,7 +86,7 @@ def linear(p, w, n_in, n_out, x, out, col0, stride, base, bias, relu):
 @njit(**EXACT, **INNER)
 def linear_back_x(p, w, n_in, n_out, dout, col0, stride, dx, relu_of, first):
     """dx[i] += sum_o W[i, o] dout[col0 + o] (with `first`: dx[i] = the sum), kept only
-    where relu_of[i] > 0 (relu_of NO_ROWS: everywhere). Two outputs per pass over the row
+    where relu_of[i] > 0 (relu_of no_rows(dx): everywhere). Two outputs per pass over the row
     (an odd one alone in the first, as in `linear`), the mask in the last."""
     N = dout.shape[1]
     mask = relu_of.shape[0] > 0
