@@ -13,6 +13,7 @@ import numba
 import numpy as np
 
 from .entries import train_chunk
+from .intrinsics import in_cache
 from .passes import backward_seed, buffers, forward_seed
 
 FORWARD_WAIT = 60.0  # s: the first process's whole compile, with room; then compile it here
@@ -64,9 +65,6 @@ def await_cached(kernel, timeout: float = FORWARD_WAIT):
     after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            if kernel._cache._cache_file._load_index():
-                return
-        except Exception:  # numba's internals moved: compile it here, as before
+        if in_cache(kernel) is not False:  # None: numba's internals moved; compile it here
             return
         time.sleep(0.05)

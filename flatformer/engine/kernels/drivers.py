@@ -18,6 +18,7 @@ from .tensors import layout, numba
 
 if numba is not None:
     from .entries import evaluate_kernel, gradients, logits_kernel, train_chunk
+    from .intrinsics import in_cache
 
 
 def compile_seconds() -> int:
@@ -36,11 +37,11 @@ def cold() -> bool:
     for kernel in (train_chunk, evaluate_kernel):
         if kernel.signatures:  # compiled already in this process
             continue
-        try:
-            if not kernel._cache._cache_file._load_index():
-                return True
-        except Exception:  # numba's internals moved: say nothing rather than fail
+        found = in_cache(kernel)
+        if found is None:  # numba's internals moved: say nothing rather than fail
             return False
+        if not found:
+            return True
     return False
 
 

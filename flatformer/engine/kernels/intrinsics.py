@@ -42,6 +42,15 @@ def package_stamp() -> tuple:
 STAMP = package_stamp()
 
 
+def in_cache(kernel) -> bool | None:
+    """Whether numba's cache holds machine code for `kernel` under this package's stamp: reads
+    the index numba itself reads, compiles nothing. None when numba's internals moved."""
+    try:
+        return bool(kernel._cache._cache_file._load_index())
+    except Exception:
+        return None
+
+
 def unliteral(dispatcher):
     """Type a kernel's calls by their arguments' types, not their values: numba compiles a
     callee once for each combination of constants it is called with (`linear(..., -1, False)`

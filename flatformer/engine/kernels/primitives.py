@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-
 from ...config import LN_EPS
 from .intrinsics import EXACT, FAST, INNER, njit
 
