@@ -20,8 +20,9 @@ attention-only blocks (d_mlp = 0), optional Q/K/V biases, W_O, final LayerNorm a
 bias. Anything else (`supports` says) trains on
 the NumPy engine.
 
-The package, bottom up: `tensors` (which models, where each tensor lies), `intrinsics` (the bits
-numba lacks, the exponential, the compile options), `primitives` (linear maps, LayerNorm),
+The package, bottom up: `tensors` (which models, where each tensor lies), `linking` (how numba
+links a kernel to its callees), `intrinsics` (the bits numba lacks, the exponential, the
+compile options), `primitives` (linear maps, LayerNorm),
 `attention`, `mlp`, `passes` (one seed's buffers, forward, loss, backward), `entries` (the
 compiled kernels Python calls) and `drivers` (their Python side: arrays, threads).
 """

@@ -13,6 +13,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .linking import optimise_once
+
+optimise_once()  # before any kernel compiles
+
 
 # error_model="numpy": a division by zero gives inf or NaN as IEEE says, where numba's
 # default tests every divisor first (and so keeps loops with a division out of vector
@@ -163,3 +167,4 @@ def exp(x):
     e = fma(fma(fma(fma(e, r, 1.0 / 120.0), r, 1.0 / 24.0), r, 1.0 / 6.0), r, 0.5)
     e = fma(fma(e, r, 1.0), r, 1.0)
     return e * as_float((np.int64(k) + 1023) << 52) if x >= -708.0 else (x if x != x else 0.0)
+

@@ -1,0 +1,83 @@
+"""How numba links a kernel to the kernels it calls, changed to optimise each piece of machine
+code once rather than once per level of the call tree above it.
+
+numba compiles a kernel into its own LLVM module, links into it the optimised modules of every
+kernel it calls (and theirs), and then runs the whole O3 pipeline over the linked module, so
+that callees can be inlined. Already optimised, a large callee gains nothing from the second
+pass, but its cost recurs at every level: much of a cold start's compile was `train_chunk` and
+`evaluate_kernel` optimising the forward and backward passes again (numba's event timings;
+bench/first_run.py for the cold start before and after).
+Here a kernel's module is optimised with only its small callees linked in, the ones worth
+inlining (numba's allocator, np.empty, NRT's: left out too, a paper-2d step is slower), and
+its large callees are linked in after, as they are.
+
+What a kernel computes does not change, only how much of the linked code LLVM optimises again;
+a large callee's code is now the one its own compile made, whoever calls it. numba's internals move between releases: where the method this replaces is not the
+one it was written against, numba's own is kept.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from numba.core import codegen
+
+# Instructions of a callee's optimised module at most, for it to be optimised again with its
+# caller: numba's own helpers (the allocator, np.empty, NRT's) have under 80, the engine's
+# kernels from 180 (`copy`) to 8,700 (`forward_at`).
+INLINE_SIZE = 100
+
+
+def size(module) -> int:
+    """Instructions defined in an LLVM module."""
+    return sum(
+        sum(1 for _ in block.instructions)
+        for function in module.functions
+        if not function.is_declaration
+        for block in function.blocks
+    )
+
+
+def finalize(self):
+    """numba's CPUCodeLibrary.finalize, the large linked modules added after optimisation."""
+    codegen.require_global_compiler_lock()
+    self._codegen._check_llvm_bugs()
+    self._raise_if_finalized()
+    seen, large = set(), []
+    for library in self._linking_libraries:
+        if library in seen:
+            continue
+        seen.add(library)
+        self._reload_init.update(library._reload_init)
+        module = library._get_module_for_linking()
+        if size(module) <= INLINE_SIZE:
+            self._final_module.link_in(module, preserve=True)
+        else:
+            large.append(module)
+    self._optimize_final_module()
+    for module in large:
+        self._final_module.link_in(module, preserve=True)
+    self._final_module.verify()
+    self._finalize_final_module()
+
+
+def numba_finalize_known() -> bool:
+    """Whether numba's CPUCodeLibrary.finalize is the one `finalize` rewrites: it links, then
+    optimises, then finalises, with the private names used here."""
+    try:
+        source = inspect.getsource(codegen.CPUCodeLibrary.finalize)
+    except (OSError, TypeError):
+        return False
+    steps = (
+        "self._linking_libraries",
+        "library._get_module_for_linking()",
+        "self._optimize_final_module()",
+        "self._finalize_final_module()",
+    )
+    return all(step in source for step in steps) and hasattr(codegen, "require_global_compiler_lock")
+
+
+def optimise_once():
+    """Install `finalize` in numba, once per process, where numba's own is the known one."""
+    if codegen.CPUCodeLibrary.finalize is not finalize and numba_finalize_known():
+        codegen.CPUCodeLibrary.finalize = finalize
