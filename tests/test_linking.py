@@ -53,7 +53,8 @@ def test_a_large_callee_is_called_and_a_small_one_inlined():
     a = np.ones(5)
     assert caller(a) == 7.0
     library = large.overloads[large.signatures[0]].library
-    assert linking.size(library._get_module_for_linking()) > linking.INLINE_SIZE
+    assert not linking.small(library._get_module_for_linking())
+    assert linking.small(small.overloads[small.signatures[0]].library._get_module_for_linking())
     body = calls_in(caller)
     assert re.search(r"call [^\n]*large", body)
     assert not re.search(r"call [^\n]*small", body)
