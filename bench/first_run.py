@@ -4,8 +4,9 @@
 
 Cold: numba's cache is an empty folder (NUMBA_CACHE_DIR), as on a fresh install, so the run
 compiles the engine's kernels before it trains. Warm: the same command again with that cache
-filled, as every later run is. Each run trains into its own temporary folder with the task's
-default preset and recipe, and prints one row: wall seconds, CPU seconds (of the command and
+filled, as every later run is. Then cold again on one core, where no second process compiles
+beside the command. Each run trains into its own temporary folder with the task's default
+preset and recipe, and prints one row: wall seconds, CPU seconds (of the command and
 everything it started) and the machine's load average (1 min) before it. On a shared machine
 the CPU seconds are the better guess at an idle machine's wall time.
 """
@@ -20,8 +21,9 @@ import time
 from pathlib import Path
 
 
-def timed_run(out: Path, cache: Path) -> tuple[float, float, float]:
-    """(wall s, CPU s, load before) of one `flatformer train` into `out`."""
+def timed_run(out: Path, cache: Path, cores=None) -> tuple[float, float, float]:
+    """(wall s, CPU s, load before) of one `flatformer train` into `out`, on `cores` (a set of
+    core numbers; None: every core this process may use)."""
     load = os.getloadavg()[0]
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
     env.pop("FLATFORMER_MAX_STEPS", None)  # the whole default run, as a user's first is
@@ -32,6 +34,7 @@ def timed_run(out: Path, cache: Path) -> tuple[float, float, float]:
         env=env,
         check=True,
         capture_output=True,
+        preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores),
     )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -52,6 +55,11 @@ def main():
             kind = "cold: empty compile cache" if i == 0 else f"warm {i}: cache filled"
             wall, cpu, load = timed_run(Path(tmp) / f"run{i}", cache)
             print(f"| {kind} | {wall:.1f} | {cpu:.1f} | {load:.1f} |", flush=True)
+        if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
+            one = Path(tmp) / "numba-cache-one-core"
+            one.mkdir()
+            wall, cpu, load = timed_run(Path(tmp) / "one-core", one, {min(os.sched_getaffinity(0))})
+            print(f"| cold, on one core | {wall:.1f} | {cpu:.1f} | {load:.1f} |", flush=True)
     print(
         "\nThe cold run's extra time over a warm one is numba compiling the kernels, once; "
         "`flatformer train plus-last-even` at its default preset and recipe (20,000 steps)."

@@ -24,7 +24,7 @@ if numba is not None:
 def compile_seconds() -> int:
     """About how long a cold start compiles on an idle machine (bench/first_run.py measures it):
     with two cores, training's kernel compiles beside the evaluation's (compile_beside)."""
-    return 25 if threads() >= 2 else 45
+    return 15 if threads() >= 2 else 25
 
 
 def cold() -> bool:
