@@ -42,10 +42,11 @@ def caller(a):
 
 
 def calls_in(dispatcher) -> str:
-    """The body of `dispatcher`'s own function in its final (linked) LLVM module."""
+    """The body of `dispatcher`'s own function (not its Python or C wrapper) in its final
+    (linked) LLVM module."""
     ir = dispatcher.inspect_llvm(dispatcher.signatures[0])
     name = dispatcher.py_func.__name__
-    start = re.search(rf"define [^\n]*{name}[^\n]*\{{", ir).start()
+    start = re.search(rf"define [^\n]*@_ZN(?!7cpython)[^\n]*{name}[^\n]*\{{", ir).start()
     return ir[start : ir.index("\n}\n", start)]
 
 

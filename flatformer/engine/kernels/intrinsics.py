@@ -167,4 +167,3 @@ def exp(x):
     e = fma(fma(fma(fma(e, r, 1.0 / 120.0), r, 1.0 / 24.0), r, 1.0 / 6.0), r, 0.5)
     e = fma(fma(e, r, 1.0), r, 1.0)
     return e * as_float((np.int64(k) + 1023) << 52) if x >= -708.0 else (x if x != x else 0.0)
-

@@ -1,5 +1,5 @@
-"""How numba links a kernel to the kernels it calls, changed to optimise each piece of machine
-code once rather than once per level of the call tree above it.
+"""How numba links a kernel to the kernels it calls, changed to optimise each callee once
+rather than once per level of the call tree above it.
 
 numba compiles a kernel into its own LLVM module, links into it the optimised modules of every
 kernel it calls (and theirs), and then runs the whole O3 pipeline over the linked module, so
@@ -12,8 +12,9 @@ inlining (numba's allocator, np.empty, NRT's: left out too, a paper-2d step is s
 its large callees are linked in after, as they are.
 
 What a kernel computes does not change, only how much of the linked code LLVM optimises again;
-a large callee's code is now the one its own compile made, whoever calls it. numba's internals move between releases: where the method this replaces is not the
-one it was written against, numba's own is kept.
+a large callee's code is now the one its own compile made, whoever calls it. numba's internals
+move between releases: where the method this replaces is not the one it was written against,
+numba's own is kept.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def numba_finalize_known() -> bool:
         "self._optimize_final_module()",
         "self._finalize_final_module()",
     )
-    return all(step in source for step in steps) and hasattr(codegen, "require_global_compiler_lock")
+    known = all(step in source for step in steps)
+    return known and hasattr(codegen, "require_global_compiler_lock")
 
 
 def optimise_once():
