@@ -12,9 +12,10 @@ inlining (numba's allocator, np.empty, NRT's: left out too, a paper-2d step is s
 its large callees are linked in after, as they are.
 
 What a kernel computes does not change, only how much of the linked code LLVM optimises again;
-a large callee's code is now the one its own compile made, whoever calls it. numba's internals
-move between releases: where the method this replaces is not the one it was written against,
-numba's own is kept.
+a large callee's code is now the one its own compile made, whoever calls it. The change holds
+for every numba kernel in a process that imports the engine's kernels, flatformer's or not.
+numba's internals move between releases: where the method this replaces is not the one it was
+written against, numba's own is kept.
 """
 
 from __future__ import annotations
