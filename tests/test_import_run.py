@@ -177,7 +177,8 @@ def test_a_transformer_lens_state_dict_imports_from_the_command_line_as_a_run(tm
     c = CASES["gelu-ln"]
     legacy = legacy_state(c, torch.float64)
     bridge = tl_model(c, legacy, torch.float64)
-    path, cfg = save(tmp_path, bridge.state_dict(), c, ".safetensors")
+    path, cfg = save(tmp_path, bridge.state_dict(), dict(c, architecture="TransformerLensNative"),
+                     ".safetensors")  # fmt: skip
     ids = np.random.default_rng(3).integers(0, c["d_vocab_out"], 40)
     (tmp_path / "ids.txt").write_text(" ".join(map(str, ids)))
     made = cli_here("import", path, "--config", cfg, "--corpus", tmp_path / "ids.txt",

@@ -118,7 +118,9 @@ def test_imported_tl_logits_and_greedy_tokens_equal_transformer_lens(tmp_path, c
     bridge = tl_model(c, legacy, torch.float64)
     state = legacy if names == "legacy" else bridge.state_dict()
     suffix = ".pt" if (names == "legacy") == (case in ("grokking", "gelu-ln")) else ".safetensors"
-    imported = tlens.read(*save(tmp_path, state, c, suffix))
+    # A bridge's config names the model it wraps, as `cfg.to_dict()` writes it.
+    saved_cfg = c if names == "legacy" else dict(c, architecture="TransformerLensNative")
+    imported = tlens.read(*save(tmp_path, state, saved_cfg, suffix))
     check_against(bridge, imported, c, 1e-9)
     assert imported.provenance["format"] == (
         "transformer-lens" if names == "legacy" else "transformer-lens-bridge"
@@ -132,6 +134,7 @@ def test_a_float32_tl_model_stays_float32_and_agrees_to_1e_5(tmp_path):
     c = dict(CASES["gelu-ln"], dtype="torch.float32")
     bridge = tl_model({k: v for k, v in c.items() if k != "dtype"}, legacy_state(c, torch.float32),
                       torch.float32)  # fmt: skip
+    c = dict(c, architecture="TransformerLensNative")
     imported = tlens.read(*save(tmp_path, bridge.state_dict(), c, ".safetensors"))
     assert all(t.dtype == np.float32 for t in imported.tensors.values())
     check_against(bridge, imported, c, 1e-5)

@@ -16,6 +16,7 @@ import is exact; LNPre becomes a LayerNorm with unit gains and zero biases, note
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -24,6 +25,8 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import FlatformerError
 from ..limits import read_json
+from ..transformer import Transformer
+from . import tl_source
 from .common import Imported, as_array, check_ln_eps, refuse, sha256, torch_state
 
 ACT_FNS = {"relu": "relu", "gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}
@@ -69,7 +72,8 @@ INERT = set(
     "attn_implementation ungroup_grouped_query_attention window_size experts_per_token "
     "rotary_dim rotary_base rotary_adjacent_pairs rotary_interleaved_cos_sin qk_norm_after_rope "
     "use_NTK_by_parts_rope NTK_by_parts_low_freq_factor NTK_by_parts_high_freq_factor "
-    "NTK_by_parts_factor NTK_original_ctx_len decoder_start_token_id tie_word_embeddings "
+    "NTK_by_parts_factor NTK_original_ctx_len decoder_start_token_id bos_token_id eos_token_id "
+    "tie_word_embeddings "
     "vision_hidden_size vision_num_layers vision_num_heads mm_tokens_per_image "
     "fold_ln center_writing_weights center_unembed fold_value_biases "
     "refactor_factored_attn_matrices layer_norm_folding".split()
@@ -89,6 +93,9 @@ HANDLED = set(SIZES) | {
     *SOFT_CAPS,
 }
 BUFFERS = (".mask", ".IGNORE")
+# What the bridge rebuilt to check an import against is given: the fields read here; any other
+# field leaves the forward pass as it is.
+SOURCE_FIELDS = (HANDLED - {"normalization"}) | set(NEUTRAL)
 
 
 def read(path: Path, config_path: Path | None) -> Imported:
@@ -157,13 +164,22 @@ def check_fields(c: dict) -> None:
         )
 
 
-def legacy_names(state: dict, H: int, dh: int) -> dict[str, np.ndarray]:
-    """TransformerLens 4 bridge names and Linear layouts as HookedTransformer's."""
+# How a bridge stores the weights whose layout depends on the model it wraps: nn.Linear's
+# (out, in), or GPT-2's Conv1D (in, out). Query, key, value and unembedding are nn.Linear's in
+# every bridge flatformer reads.
+LAYOUTS = ("linear", "conv1d")
+WRAPPED = ("o", "in", "out")
+
+
+def legacy_names(state: dict, H: int, dh: int, conv1d: frozenset = frozenset()) -> dict:
+    """TransformerLens 4 bridge names as HookedTransformer's, reading the parts named in
+    `conv1d` (of WRAPPED) in Conv1D's layout and every other weight in nn.Linear's."""
     out = {}
     for key, tensor in state.items():
         t = as_array(tensor)
         stem, _, leaf = key.rpartition(".")
         part = stem.rpartition(".")[2]
+        linear = part not in conv1d
         if stem in ("embed", "pos_embed") and leaf == "weight":
             out[stem + (".W_E" if stem == "embed" else ".W_pos")] = t
         elif part in ("ln1", "ln2") or stem == "ln_final":
@@ -177,12 +193,18 @@ def legacy_names(state: dict, H: int, dh: int) -> dict[str, np.ndarray]:
         elif stem.endswith(".attn.o"):
             base = stem[:-1]
             if leaf == "weight":
-                out[base + "W_O"] = t.T.reshape(H, dh, -1)
+                w = t.T if linear else t  # (n_heads * d_head, d_model)
+                if w.ndim != 2 or w.shape[0] != H * dh:
+                    raise FlatformerError(
+                        f"TransformerLens tensor {key} has shape {t.shape}, not n_heads * "
+                        f"d_head ({H * dh}) by d_model"
+                    )
+                out[base + "W_O"] = w.reshape(H, dh, -1)
             else:
                 out[base + "b_O"] = t
         elif stem.endswith((".mlp.in", ".mlp.out")):
             name = stem.rpartition(".")[0] + (".W_" if leaf == "weight" else ".b_") + part
-            out[name] = t.T if leaf == "weight" else t
+            out[name] = t.T if leaf == "weight" and linear else t
         elif stem == "unembed":
             out["unembed.W_U" if leaf == "weight" else "unembed.b_U"] = (
                 t.T if leaf == "weight" else t
@@ -205,10 +227,99 @@ def convert(c: dict, state: dict) -> Imported:
         refuse("attn_scale", scale, "attention not scaled by 1/sqrt(d_head)")
     state = {k: v for k, v in state.items() if not k.endswith(BUFFERS)}
     if "embed.weight" in state:
-        t, fmt = legacy_names(state, H, dh), "transformer-lens-bridge"
+        return read_bridge(c, state, H, dh)
+    t = {k.replace("._W_", ".W_").replace("._b_", ".b_"): as_array(v) for k, v in state.items()}
+    cfg, tensors, changes = assemble(c, t, H)
+    return Imported(cfg, tensors, None, {"format": "transformer-lens", "changes": changes})
+
+
+def read_bridge(c: dict, state: dict, H: int, dh: int) -> Imported:
+    """A bridge state dict, each layout-dependent weight read in the layout that reproduces the
+    logits of TransformerLens's own bridge around the model the config names (`tl_source`);
+    where that bridge cannot be built here, only a layout the shapes alone allow; else refused.
+    """
+    readings, first_refusal = [], None
+    for n in range(len(WRAPPED) + 1):
+        for conv1d in itertools.combinations(WRAPPED, n):
+            try:
+                cfg, tensors, changes = assemble(
+                    c, legacy_names(state, H, dh, frozenset(conv1d)), H
+                )
+            except FlatformerError as exc:
+                first_refusal = first_refusal or exc
+                continue
+            if not any(same(tensors, seen[2]) for seen in readings):
+                readings.append((conv1d, cfg, tensors, changes))
+    if not readings:
+        raise first_refusal
+    square = next(
+        (k for k, v in state.items() if k.rpartition(".")[0].rpartition(".")[2] in WRAPPED
+         and k.endswith(".weight") and np.ndim(v) == 2 and len(set(np.shape(v))) == 1),
+        "a layout-dependent weight",
+    )  # fmt: skip
+    if len(readings) > 1 and c.get("architecture") is None:
+        raise FlatformerError(
+            f"cannot import: {square} is square and the config names no architecture, so the "
+            "bridge's layout is unknown; save the config as `bridge.cfg.to_dict()` writes it, "
+            'or add "architecture": "TransformerLensNative" (TransformerLens\'s own model) or '
+            'the Hugging Face class the bridge wraps (e.g. "GPT2LMHeadModel")'
+        )
+    source = tl_source.bridge_forward(c, state, SOURCE_FIELDS)
+    if callable(source):
+        (conv1d, cfg, tensors, changes), how = agreeing(readings, source, c.get("architecture"))
+    elif len(readings) == 1:
+        (conv1d, cfg, tensors, changes), how = readings[0], "the only one its shapes allow"
     else:
-        t = {k.replace("._W_", ".W_").replace("._b_", ".b_"): as_array(v) for k, v in state.items()}
-        fmt = "transformer-lens"
+        raise FlatformerError(
+            f"cannot import: {square} is square, so a bridge may store it as nn.Linear's "
+            f"(out, in) or as GPT-2's Conv1D (in, out), and {source}; save "
+            "`bridge.get_params()` (one layout) instead of `state_dict()`, or import where "
+            "TransformerLens is installed"
+        )
+    parts = {"o": "the attention output", "in": "the MLP's input", "out": "the MLP's output"}
+    if conv1d:
+        layout = f"Conv1D's (in, out) for {', '.join(parts[p] for p in conv1d)}, else nn.Linear's"
+    else:
+        layout = "nn.Linear's (out, in) throughout"
+    changes.append(f"bridge layout {layout}: {how}")
+    provenance = {"format": "transformer-lens-bridge", "changes": changes}
+    provenance["layout"] = {"conv1d": list(conv1d), "decided_by": how}
+    return Imported(cfg, tensors, None, provenance)
+
+
+def agreeing(readings: list, source, architecture) -> tuple:
+    """The reading whose logits are the bridge's on a probe batch, set well apart from the
+    next best (a wrong layout moves logits by far more than rounding does)."""
+    cfg = readings[0][1]
+    probe = np.random.default_rng(0).integers(0, cfg.d_vocab, (2, min(cfg.n_ctx, 16)))
+    expected = source(probe)
+    scale = max(1.0, float(np.abs(expected).max()))
+    f32 = all(t.dtype == np.float32 for t in readings[0][2].values())
+    tol = (1e-4 if f32 else 1e-8) * scale
+    errors = []
+    for reading in readings:
+        model = Transformer(reading[1], {k: np.float64(v) for k, v in reading[2].items()})
+        errors.append(float(np.abs(model(probe) - expected).max()))
+    order = np.argsort(errors)
+    best = errors[order[0]]
+    runner_up = errors[order[1]] if len(order) > 1 else np.inf
+    bridge = f"TransformerLens's bridge ({architecture or 'TransformerLensNative'})"
+    if best > tol or runner_up < 100 * max(best, 1e-300):
+        raise FlatformerError(
+            f"cannot import: no reading of the bridge's weights reproduces the logits of "
+            f"{bridge} (closest off by {best:.2g}); its config may not describe these weights"
+        )
+    return readings[order[0]], f"its logits are those of {bridge} to {best:.1e}"
+
+
+def same(a: dict, b: dict) -> bool:
+    return all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def assemble(c: dict, t: dict, H: int) -> tuple[ModelConfig, dict, list[str]]:
+    """The engine's config and tensors from HookedTransformer-named tensors `t`, with what was
+    changed on the way (biases filled in, LNPre's unit gains)."""
+    d, dh, L, T, V = (int(c[k]) for k in ("d_model", "d_head", "n_layers", "n_ctx", "d_vocab"))
     if "embed.W_E" not in t:
         raise FlatformerError("TransformerLens state dict has no embed.W_E (nor embed.weight)")
     changes, dtype = [], t["embed.W_E"].dtype
@@ -264,5 +375,4 @@ def convert(c: dict, state: dict) -> Imported:
             raise FlatformerError(
                 f"TransformerLens tensor {name} has shape {t[name].shape}, the cfg says {shape}"
             )
-    tensors = {k: np.ascontiguousarray(t[k]) for k in shapes}
-    return Imported(cfg, tensors, None, {"format": fmt, "changes": changes})
+    return cfg, {k: np.ascontiguousarray(t[k]) for k in shapes}, changes
