@@ -64,7 +64,9 @@ def native(sizes: dict, dtype):
     """TransformerLens's native model (its `TransformerBridge.boot_native`)."""
     from transformer_lens.model_bridge.sources.native import boot
 
-    return boot({**sizes, "architecture": "TransformerLensNative", "init_weights": False}, dtype=dtype)
+    return boot(
+        {**sizes, "architecture": "TransformerLensNative", "init_weights": False}, dtype=dtype
+    )
 
 
 def hf_gpt2(sizes: dict, dtype):
