@@ -28,9 +28,11 @@ def test_refusals_are_one_line_naming_the_field_and_value(tmp_path):
     assert_one_line_error(
         cli("import", tmp_path / "eps", "--out", tmp_path / "r1"), "layer_norm_epsilon", "1e-06"
     )
-    gpt2(tmp_path / "act", True, activation_function="relu")
+    gpt2(tmp_path / "act", True, activation_function="quick_gelu")
     assert_one_line_error(
-        cli("import", tmp_path / "act", "--out", tmp_path / "r2"), "activation_function", "relu"
+        cli("import", tmp_path / "act", "--out", tmp_path / "r2"),
+        "activation_function",
+        "quick_gelu",
     )
     gpt2(tmp_path / "scale", True, scale_attn_by_inverse_layer_idx=True)
     assert_one_line_error(

@@ -61,10 +61,21 @@ def test_a_gpt2_with_another_layernorm_epsilon_or_activation_is_refused_by_name(
     with pytest.raises(FlatformerError, match=r"layer_norm_epsilon = 1e-06"):
         hf_gpt2.read(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    config.update(layer_norm_epsilon=1e-5, activation_function="relu")
+    config.update(layer_norm_epsilon=1e-5, activation_function="quick_gelu")
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(FlatformerError, match=r"activation_function = 'relu'"):
+    with pytest.raises(FlatformerError, match=r"activation_function = 'quick_gelu'"):
         hf_gpt2.read(tmp_path)
+
+
+@pytest.mark.parametrize("act", ["gelu", "relu", "gelu_pytorch_tanh"])
+def test_a_gpt2_with_the_engines_other_activations_imports_equal(tmp_path, act):
+    torch.set_num_threads(1)
+    source = gpt2(tmp_path, True, activation_function=act)
+    imported = hf_gpt2.read(tmp_path)
+    tokens = np.random.default_rng(0).integers(0, 13, (3, 10))
+    with torch.no_grad():
+        expected = source(torch.tensor(tokens)).logits.numpy()
+    assert np.abs(Transformer(imported.cfg, imported.tensors)(tokens) - expected).max() < 1e-9
 
 
 def save_word_tokenizer(folder, words):

@@ -10,6 +10,7 @@ from transformer_lens import config as tl_config
 from transformer_lens.model_bridge.sources.native import boot
 from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
 
+from flatformer.errors import FlatformerError
 from flatformer.importers import tlens
 from flatformer.transformer import Transformer
 
@@ -165,3 +166,60 @@ def test_folded_layernorm_lnpre_is_layernorm_with_unit_gains(tmp_path):
     imported = tlens.read(*save(tmp_path, folded, cfg, ".pt"))
     check_against(bridge, imported, c, 1e-9)
     assert any("LNPre" in change for change in imported.provenance["changes"])
+
+
+# Every field of TransformerLens 3.5's `HookedTransformerConfig.to_dict()` at the value it
+# writes for a model with none of their features, and fields of other versions at theirs.
+TL3_DEFAULTS = dict(
+    model_name="custom", use_attn_scale=True, attn_scale=2.0, use_hook_mlp_in=False,
+    use_attn_in=False, use_qk_norm=False, use_local_attn=False,
+    ungroup_grouped_query_attention=False, original_architecture=None, from_checkpoint=False,
+    checkpoint_index=None, checkpoint_label_type=None, checkpoint_value=None,
+    tokenizer_name=None, window_size=None, attn_types=None, init_mode="gpt2", n_devices=1,
+    attention_dir="causal", initializer_range=0.2, init_weights=True,
+    scale_attn_by_inverse_layer_idx=False, final_rms=False, parallel_attn_mlp=False,
+    rotary_dim=None, n_params=4096, use_hook_tokens=False, gated_mlp=False,
+    dtype="torch.float64", tokenizer_prepends_bos=None, post_embedding_ln=False,
+    rotary_base=10000, rotary_base_local=None, rotary_scaling_factor=1.0,
+    trust_remote_code=False, rotary_adjacent_pairs=False, load_in_4bit=False, num_experts=None,
+    experts_per_token=None, relative_attention_max_distance=None,
+    relative_attention_num_buckets=None, decoder_start_token_id=None,
+    tie_word_embeddings=False, use_normalization_before_and_after=False,
+    attn_scores_soft_cap=-1.0, output_logits_soft_cap=-1.0, use_NTK_by_parts_rope=False,
+    NTK_by_parts_low_freq_factor=1.0, NTK_by_parts_high_freq_factor=4.0,
+    NTK_by_parts_factor=8.0, NTK_original_ctx_len=8192, use_yarn_rope=False, yarn_factor=1.0,
+    yarn_attention_factor=1.0, yarn_beta_fast=32.0, yarn_beta_slow=1.0,
+    yarn_original_max_position_embeddings=4096, norm_topk_prob=False, device="cpu",
+    use_attn_result=False, use_split_qkv_input=False, default_prepend_bos=True,
+    positional_embedding_type="standard", n_key_value_heads=None, uses_rms_norm=False,
+    layer_norm_folding=False, clip_qkv=None, use_attention_sinks=False,
+)  # fmt: skip
+
+
+def test_a_config_as_transformer_lens_3_writes_it_imports(tmp_path):
+    """Fields at their neutral values are accepted whatever version wrote them; `attn_scale`
+    rounded as a float32 config rounds it is sqrt(d_head)."""
+    c = CASES["gelu-ln"]
+    legacy = legacy_state(c, torch.float64)
+    full = dict(TL3_DEFAULTS, **c, attn_scale=float(np.float32(2.0000001)))
+    check_against(tl_model(c, legacy, torch.float64), tlens.read(*save(tmp_path, legacy,
+                  full, ".pt")), c, 1e-9)  # fmt: skip
+
+
+def test_every_feature_the_engine_lacks_is_named_in_one_refusal(tmp_path):
+    c = dict(TL3_DEFAULTS, **CASES["gelu-ln"], positional_embedding_type="alibi",
+             use_attention_sinks=True, clip_qkv=8.0)  # fmt: skip
+    with pytest.raises(FlatformerError) as refusal:
+        tlens.read(*save(tmp_path, legacy_state(c, torch.float64), c, ".pt"))
+    message = str(refusal.value)
+    assert "\n" not in message
+    for named in ("ALiBi", "use_attention_sinks = True", "clip_qkv = 8.0"):
+        assert named in message
+
+
+def test_an_attention_only_model_ignores_its_unused_activation(tmp_path):
+    """TransformerLens ships attn-only-Nl with `act_fn = "solu_ln"`, which no layer uses."""
+    c = dict(CASES["attn-only"], act_fn="solu_ln")
+    legacy = legacy_state(c, torch.float64)
+    oracle = tl_model(dict(c, act_fn="relu"), legacy, torch.float64)
+    check_against(oracle, tlens.read(*save(tmp_path, legacy, c, ".pt")), c, 1e-9)

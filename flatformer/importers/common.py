@@ -39,7 +39,7 @@ def refuse(field_name: str, value, what: str):
 
 
 def check_ln_eps(field_name: str, eps: float):
-    if abs(float(eps) - LN_EPS) > 1e-12:
+    if abs(float(eps) / LN_EPS - 1) > 1e-6:  # float32's rounding of 1e-5 is the same epsilon
         refuse(field_name, eps, f"a LayerNorm epsilon other than the engine's {LN_EPS:g}")
 
 

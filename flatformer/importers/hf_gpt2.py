@@ -19,6 +19,11 @@ from .common import Imported, check_ln_eps, refuse, sha256, torch_state
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
+# transformers' ACT2FN names as the engine's: "gelu" is the exact erf GELU, "gelu_new" and
+# "gelu_pytorch_tanh" the tanh approximation.
+ACT_FNS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_erf", "relu": "relu"}
+
+
 def read(folder: Path) -> Imported:
     folder = Path(folder)
     try:
@@ -31,8 +36,8 @@ def read(folder: Path) -> Imported:
     if model_type != "gpt2":
         refuse("model_type", model_type, "only GPT-2's architecture is read from a folder")
     act = config.get("activation_function", "gelu_new")
-    if act != "gelu_new":
-        refuse("activation_function", act, "only GPT-2's gelu_new is imported")
+    if act not in ACT_FNS:
+        refuse("activation_function", act, f"the engine's activations are {', '.join(ACT_FNS)}")
     check_ln_eps("layer_norm_epsilon", config.get("layer_norm_epsilon", 1e-5))
     for name, wanted in (
         ("scale_attn_weights", True),
@@ -71,7 +76,7 @@ def read(folder: Path) -> Imported:
         }
     except (KeyError, TypeError, ValueError) as exc:
         raise FlatformerError(f"{folder}/config.json lacks a GPT-2 size: {exc}") from None
-    imported = nanogpt.convert(args, state, act_fn="gelu", fmt="hf-gpt2")
+    imported = nanogpt.convert(args, state, act_fn=ACT_FNS[act], fmt="hf-gpt2")
     if imported.cfg.d_mlp != m:
         raise FlatformerError(f"{folder}: n_inner {m} but mlp.c_fc has {imported.cfg.d_mlp}")
     imported.provenance.update(source=str(source), sha256=sha256(source))

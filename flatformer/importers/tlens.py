@@ -34,7 +34,6 @@ ACT_FNS = {"relu": "relu", "gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch
 # Fields that change the forward pass, with the value under which the engine computes it; any
 # other value is refused by name.
 NEUTRAL = {
-    "positional_embedding_type": ("standard", "rotary or shortformer positions"),
     "parallel_attn_mlp": (False, "attention and MLP in parallel"),
     "gated_mlp": (False, "a gated MLP"),
     "final_rms": (False, "a final RMSNorm"),
@@ -44,6 +43,7 @@ NEUTRAL = {
     "attention_dir": ("causal", "attention that is not causal"),
     "scale_attn_by_inverse_layer_idx": (False, "attention scaled by 1/layer"),
     "use_attn_scale": (True, "attention not scaled by 1/sqrt(d_head)"),
+    "use_yarn_rope": (False, "YaRN rotary scaling"),
     "post_embedding_ln": (False, "a LayerNorm after the embedding"),
     "num_experts": (None, "a mixture of experts"),
     "use_normalization_before_and_after": (False, "norms before and after each sublayer"),
@@ -60,6 +60,14 @@ NEUTRAL = {
     "is_multimodal": (False, "a multimodal model"),
     "is_stateful": (False, "a stateful model"),
 }
+POSITIONS = {
+    "rotary": "rotary positions",
+    "shortformer": "shortformer positions",
+    "alibi": "ALiBi attention biases",
+    "relative_positional_bias": "relative position biases",
+}
+# The values of a field the importer does not know that leave the forward pass as it is.
+OFF = (None, False)
 SOFT_CAPS = ("output_logits_soft_cap", "attn_scores_soft_cap")
 # Fields that do not change what the stored weights compute (devices, initialisation,
 # tokenizer, hooks, checkpoint labels, rotary details without rotary, weight processing).
@@ -71,6 +79,8 @@ INERT = set(
     "use_split_qkv_input use_hook_mlp_in use_attn_in use_hook_tokens split_attention_weights "
     "attn_implementation ungroup_grouped_query_attention window_size experts_per_token "
     "rotary_dim rotary_base rotary_adjacent_pairs rotary_interleaved_cos_sin qk_norm_after_rope "
+    "rotary_base_local rotary_scaling_factor yarn_factor yarn_attention_factor yarn_beta_fast "
+    "yarn_beta_slow yarn_original_max_position_embeddings norm_topk_prob "
     "use_NTK_by_parts_rope NTK_by_parts_low_freq_factor NTK_by_parts_high_freq_factor "
     "NTK_by_parts_factor NTK_original_ctx_len decoder_start_token_id bos_token_id eos_token_id "
     "tie_word_embeddings "
@@ -80,6 +90,7 @@ INERT = set(
 )
 SIZES = ("d_model", "d_head", "n_heads", "n_layers", "n_ctx", "d_vocab")
 HANDLED = set(SIZES) | {
+    "positional_embedding_type",
     "d_mlp",
     "d_vocab_out",
     "attn_only",
@@ -134,34 +145,41 @@ def read(path: Path, config_path: Path | None) -> Imported:
 
 
 def check_fields(c: dict) -> None:
-    """Refuse, by field and value, every feature the engine lacks; refuse unknown fields."""
+    """Refuse every feature the engine lacks, all of them by field and value in one line.
+
+    A field the importer does not know is accepted at None or False (a feature absent or
+    switched off, as every TransformerLens version writes its defaults) and refused at any
+    other value, since it may change the forward pass."""
+    found = []  # (field, value, what the engine lacks)
     norm = c.get("normalization_type", c.get("normalization", "LN"))
     if norm in ("RMS", "RMSPre"):
-        refuse("normalization_type", norm, "RMSNorm")
-    if norm not in (None, "LN", "LNPre"):
-        refuse("normalization_type", norm, "a normalization other than LayerNorm")
+        found.append(("normalization_type", norm, "RMSNorm"))
+    elif norm not in (None, "LN", "LNPre"):
+        found.append(("normalization_type", norm, "a normalization other than LayerNorm"))
+    pos = c.get("positional_embedding_type", "standard")
+    if pos != "standard":
+        found.append(("positional_embedding_type", pos, POSITIONS.get(pos, "those positions")))
     for name, (neutral, what) in NEUTRAL.items():
         if name in c and c[name] != neutral and not (neutral is None and c[name] is False):
-            refuse(name, c[name], what)
+            found.append((name, c[name], what))
     for name in SOFT_CAPS:
         if name in c and c[name] is not None and float(c[name]) > 0:
-            refuse(name, c[name], "logit soft-capping")
-    if norm is not None:
-        check_ln_eps("eps", c.get("eps", 1e-5))
+            found.append((name, c[name], "logit soft-capping"))
     kv = c.get("n_key_value_heads")
     if kv is not None and kv != c.get("n_heads"):
-        refuse("n_key_value_heads", kv, "grouped-query attention")
+        found.append(("n_key_value_heads", kv, "grouped-query attention"))
     if any(t != "global" for t in c.get("attn_types") or []):
-        refuse("attn_types", c["attn_types"], "local attention")
+        found.append(("attn_types", c["attn_types"], "local attention"))
     act = c.get("act_fn", "relu")
-    if act not in ACT_FNS:
-        refuse("act_fn", act, f"the engine's activations are {', '.join(ACT_FNS)}")
+    if not c.get("attn_only") and act not in ACT_FNS:  # an attention-only model has no MLP
+        found.append(("act_fn", act, f"the engine's activations are {', '.join(ACT_FNS)}"))
     unknown = sorted(set(c) - set(NEUTRAL) - INERT - HANDLED)
-    if unknown:
-        raise FlatformerError(
-            f"cannot import: unknown TransformerLens config field {unknown[0]!r}; "
-            "if it does not change the forward pass, remove it from the config"
-        )
+    found += [(k, c[k], "a field flatformer does not know") for k in unknown if c[k] not in OFF]
+    if found:
+        named = "; ".join(f"{name} = {value!r} ({what})" for name, value, what in found)
+        raise FlatformerError(f"cannot import: {named}; flatformer's engine does not have it")
+    if norm is not None:
+        check_ln_eps("eps", c.get("eps", 1e-5))
 
 
 # How a bridge stores the weights whose layout depends on the model it wraps: nn.Linear's
@@ -223,7 +241,8 @@ def convert(c: dict, state: dict) -> Imported:
         raise FlatformerError(f"TransformerLens config lacks a size: {exc}") from None
     H = H if H > 0 else d // dh
     scale = c.get("attn_scale", -1.0)
-    if scale not in (None, -1, -1.0) and abs(float(scale) - math.sqrt(dh)) > 1e-12:
+    # Relative to float32's rounding: configs written from float32 values round sqrt(d_head).
+    if scale not in (None, -1, -1.0) and abs(float(scale) / math.sqrt(dh) - 1) > 1e-6:
         refuse("attn_scale", scale, "attention not scaled by 1/sqrt(d_head)")
     state = {k: v for k, v in state.items() if not k.endswith(BUFFERS)}
     if "embed.weight" in state:
@@ -355,7 +374,7 @@ def assemble(c: dict, t: dict, H: int) -> tuple[ModelConfig, dict, list[str]]:
         d_mlp=d_mlp,
         n_ctx=T,
         d_vocab=V,
-        act_fn=ACT_FNS[c.get("act_fn", "relu")],
+        act_fn="relu" if attn_only else ACT_FNS[c.get("act_fn", "relu")],  # unused if attn-only
         normalization="none" if norm is None else "pre_ln",
         qkv_bias=True,
         attn_out=True,
