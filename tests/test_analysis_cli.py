@@ -60,6 +60,9 @@ def test_analyze_prints_tables(paper_run):
         "beta 0",
     ):
         assert heading in result.stdout
+    # Sentences are whole, wrapped by the terminal rather than cut to a label's width.
+    flat = " ".join(result.stdout.split())
+    assert "rule error 0.00% over" in flat and "edges keep" in flat and "AUC against" in flat
 
 
 def test_analyze_on_the_simulator_run(simulator_run, tmp_path):

@@ -18,7 +18,13 @@ from .app import app, out
 
 
 def _plain(text) -> Text:
+    """A table cell: a token or prompt, cut to the labels' width."""
     return Text(short(text))  # token strings such as "[" must never be read as rich markup
+
+
+def _line(text: str) -> Text:
+    """A sentence, whole: the terminal wraps it (a cut headline hides the numbers)."""
+    return Text(text)
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -36,7 +42,7 @@ def _table(title: str, *columns: str) -> Table:
 def render_report(report: dict):
     held = report["held_out"]
     out.print(
-        _plain(
+        _line(
             f"{report['run']}: {report['task']}, {report['preset'] or 'custom'} "
             f"({report['n_params']} parameters), step {report['step']}; held-out loss "
             f"{held['loss']:.4f}, rule error {held['rule_error']:.2%} over "
@@ -50,7 +56,7 @@ def render_report(report: dict):
             table.add_row(_plain(row["step"]), _plain(row["measure"]), _plain(row["shown"]))
         out.print(table)
     else:
-        out.print(_plain(f"(the task {report['task']} declares no algorithm checks)"))
+        out.print(_line(f"(the task {report['task']} declares no algorithm checks)"))
     prompts = report["prompts"]
     table = _table(
         f"Knobs: {report['kl']} of the next token, nats, over "
@@ -132,7 +138,7 @@ def render_edge_circuit(found: dict):
         )
     )
     out.print(
-        _plain(
+        _line(
             f"{c['edges_kept']} of {c['edges_total']} edges keep {faith} of the "
             f"metric ({'minimal' if c['minimal'] else 'not minimal'}): "
             + ", ".join(f"{s}->{d}" for s, d in c["edges"])
@@ -144,7 +150,7 @@ def render_edge_circuit(found: dict):
         return "-" if value is None else f"{value:.2f}"
 
     out.print(
-        _plain(
+        _line(
             f"AUC against the exact effects: EAP {auc('eap')}, EAP-IG {auc('eap_ig')}, "
             f"ACDC {auc('acdc')} (ACDC keeps {m['acdc']['edges_kept']} edges)"
         )
