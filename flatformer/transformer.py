@@ -39,7 +39,10 @@ class Transformer:
         `hook_attn_scores`, `hook_pattern`, `hook_z`, `blocks.L.hook_attn_out`, the MLP's
         `hook_resid_mid`, `mlp.hook_pre`, `mlp.hook_post`, `hook_mlp_out` (none in
         attention-only blocks), the LayerNorms' `hook_scale` and `hook_normalized` (pre-LN
-        models), and `blocks.L.hook_resid_post`; `ln_final`'s two last when the model has it."""
+        models), and `blocks.L.hook_resid_post`; `ln_final`'s two last when the model has it.
+
+        Each means what it means in TransformerLens except `hook_normalized`: here the
+        LayerNorm's output x_hat * w + b, there x_hat before the gain and bias."""
         return hook_names(self.cfg)
 
     def check_tokens(self, tokens) -> np.ndarray:
