@@ -44,7 +44,7 @@ def import_model(
         Text(
             f"{out_dir}: {imported.provenance['format']} model, {cfg.n_params:,} "
             f"parameters, {cfg.n_layers} layer{'s' * (cfg.n_layers > 1)}, d_model {cfg.d_model}, "
-            f"vocabulary {cfg.d_vocab} ({task.tokenizer})"
+            f"vocabulary {cfg.d_vocab} ({task.label})"
         ),
         soft_wrap=True,
     )
