@@ -173,3 +173,21 @@ def test_a_raw_text_for_a_model_of_ids_is_refused_in_a_short_line(tmp_path):
     made = cli_here("import", tmp_path, "--corpus", tmp_path / "raw.txt", "--out", tmp_path / "r")
     assert_one_line_error(made, "did you mean", "…")
     assert len(made.stderr) < 600
+
+
+def test_the_page_checks_itself_and_its_input_box_reads_the_pieces(chromium, source, tmp_path):
+    from flatformer.explorer import page_html
+    from flatformer.explorer.export import export_run
+    from test_explorer_browser import state, visit
+
+    _, _, hf, run = source
+    page = tmp_path / "page.html"
+    page.write_text(page_html(export_run(run, prompt="the cat sat on the")), encoding="utf-8")
+    with visit(chromium, page) as p:
+        check = p.evaluate("explorer.selfCheck")
+        assert check["ok"] and check["worst"] < 1e-9
+        assert state(p)["seq"] == hf("the cat sat on the")["input_ids"]
+        assert "--prompt" in p.inner_text("#seq-note")
+        p.fill("#seq-text", "the Ġdog Ġsat")
+        p.press("#seq-text", "Enter")
+        assert state(p)["seq"] == hf("the dog sat")["input_ids"]

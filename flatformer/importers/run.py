@@ -60,7 +60,10 @@ def read_source(
             )
         task = ImportedTask.from_chars(chars)
     elif imported.tokenizer is not None:
-        task, renamed = ImportedTask.from_tokenizer(imported.tokenizer, imported.cfg.d_vocab)
+        try:
+            task, renamed = ImportedTask.from_tokenizer(imported.tokenizer, imported.cfg.d_vocab)
+        except FlatformerError as exc:
+            raise FlatformerError(f"{source}: {exc}") from None
         imported.provenance["changes"].extend(tokenizer_changes(task, renamed))
     else:
         task = ImportedTask([str(i) for i in range(imported.cfg.d_vocab)])

@@ -25,9 +25,8 @@ from ..errors import FlatformerError
 from .base import Task
 from .corpus import char_name
 
-TOKENIZERS = ("ids", "char", "hf")
 
-
+TOKENIZERS = ("ids", "char", "hf")  # hf: a Hugging Face tokenizer.json, kept in the run
 MAX_TEXT_TOKENS = 100_000  # 400 held-out windows of a 256-token context, kept in config.json
 MAX_RULE_VOCAB = 4096  # the (V, V) table of which token follows which
 MAX_TABLE = 20_000_000  # tokens x vocabulary of the held-out set's allowed-token table
