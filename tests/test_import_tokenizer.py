@@ -3,7 +3,6 @@ library: prompts, corpora, prompts files and the page take text, `generate` prin
 Hugging Face tokenizer decodes, and vocab.json with merges.txt reads as tokenizer.json does."""
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -17,10 +16,24 @@ N_CTX = 32
 
 
 def train_tokenizer():
+    """GPT-2's kind: byte-level BPE over all 256 bytes, so any text encodes."""
     from tokenizers import ByteLevelBPETokenizer
 
     tokenizer = ByteLevelBPETokenizer()
     tokenizer.train_from_iterator([TEXT], vocab_size=300, min_frequency=2, show_progress=False)
+    return tokenizer
+
+
+def small_tokenizer():
+    """Byte-level BPE over the bytes TEXT has (37 tokens): the figures label every token, and
+    GPT-2's 256-byte alphabet alone costs them minutes here."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=60, min_frequency=2, show_progress=False)
+    tokenizer.train_from_iterator([TEXT], trainer)
     return tokenizer
 
 
@@ -47,7 +60,7 @@ def source(tmp_path_factory):
     from transformers import PreTrainedTokenizerFast
 
     folder = tmp_path_factory.mktemp("gpt2-bpe")
-    tokenizer = train_tokenizer()
+    tokenizer = small_tokenizer()
     model = write_gpt2(folder, tokenizer.get_vocab_size())
     tokenizer.save(str(folder / "tokenizer.json"))
     (folder / "input.txt").write_text(TEXT)
@@ -124,24 +137,28 @@ def test_the_page_opens_on_a_text_prompt_and_says_how_its_box_reads(source, tmp_
     assert json.dumps(hf.convert_ids_to_tokens(hf("the cat")["input_ids"])[1]) in page
 
 
-def test_vocab_json_with_merges_txt_tokenizes_as_tokenizer_json(source, tmp_path):
+def test_vocab_json_with_merges_txt_tokenizes_as_tokenizer_json(tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
     from flatformer.importers.run import read_source
 
-    folder, _, hf, _ = source
-    for name in ("config.json", "model.safetensors"):
-        shutil.copy(folder / name, tmp_path / name)
-    train_tokenizer().save_model(str(tmp_path))  # vocab.json and merges.txt
-    _, task = read_source(tmp_path, None, None)
+    tokenizer = train_tokenizer()
+    write_gpt2(tmp_path / "two", tokenizer.get_vocab_size())
+    tokenizer.save_model(str(tmp_path / "two"))  # vocab.json and merges.txt
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
+    _, task = read_source(tmp_path / "two", None, None)
     for text in ("the dog sat on the log.", "  naïve café ☃\n\tcat", TEXT[:200]):
         ids = task.encode(text)
         assert ids == hf(text)["input_ids"]
         assert task.decode(ids) == text
-    (tmp_path / "merges.txt").unlink()
-    assert_one_line_error(cli_here("import", tmp_path, "--out", tmp_path / "run"), "merges.txt")
+    (tmp_path / "two" / "merges.txt").unlink()
+    made = cli_here("import", tmp_path / "two", "--out", tmp_path / "run")
+    assert_one_line_error(made, "merges.txt")
 
 
 def test_a_padded_vocabulary_imports_with_its_extra_rows_named_unused(tmp_path):
-    tokenizer = train_tokenizer()
+    tokenizer = small_tokenizer()
     n = tokenizer.get_vocab_size()
     write_gpt2(tmp_path, n + 5)
     tokenizer.save(str(tmp_path / "tokenizer.json"))
@@ -159,7 +176,7 @@ def test_a_padded_vocabulary_imports_with_its_extra_rows_named_unused(tmp_path):
 
 
 def test_a_tokenizer_larger_than_the_embedding_is_refused_in_one_line(tmp_path):
-    tokenizer = train_tokenizer()
+    tokenizer = small_tokenizer()
     write_gpt2(tmp_path, tokenizer.get_vocab_size() - 1)
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     assert_one_line_error(
