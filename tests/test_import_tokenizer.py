@@ -3,6 +3,7 @@ library: prompts, corpora, prompts files and the page take text, `generate` prin
 Hugging Face tokenizer decodes, and vocab.json with merges.txt reads as tokenizer.json does."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -208,3 +209,21 @@ def test_the_page_checks_itself_and_its_input_box_reads_the_pieces(chromium, sou
         p.fill("#seq-text", "the Ġdog Ġsat")
         p.press("#seq-text", "Enter")
         assert state(p)["seq"] == hf("the dog sat")["input_ids"]
+
+
+def test_a_target_of_two_pieces_is_refused_naming_them(source, tmp_path):
+    _, _, _, run = source
+    row = {"prompt": "the cat sat on the", "target": " mat."}
+    (tmp_path / "ex.jsonl").write_text(json.dumps(row) + "\n")
+    made = cli_here("circuits", run, "--prompts", tmp_path / "ex.jsonl", "--ablation", "zero")
+    assert_one_line_error(made, "exactly one token, got 2 (Ġmat .)")
+
+
+def test_a_run_whose_kept_tokenizer_is_damaged_says_so_in_one_line(source, tmp_path):
+    _, _, _, run = source
+    shutil.copytree(run, tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    config["imported_task"]["tokenizer_json"] = config["imported_task"]["tokenizer_json"][:-40]
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+    made = cli_here("generate", tmp_path / "run", "--prompt", "the cat")
+    assert_one_line_error(made, "not a tokenizer the tokenizers library reads")
