@@ -3,7 +3,7 @@ pytorch_model.bin (torch.load(weights_only=True)).
 
 GPT-2 is nanoGPT's architecture with the tanh GELU ("gelu_new", flatformer's "gelu") and
 `Conv1D` weights stored (in, out), the transpose of `nn.Linear`'s; they are transposed and the
-rest is nanoGPT's conversion.
+rest is nanoGPT's conversion. The folder's own tokenizer comes along (`tokenizer.read_folder`).
 """
 
 from __future__ import annotations
