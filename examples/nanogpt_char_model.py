@@ -19,9 +19,9 @@ TEXT = "the cat sat on the mat. the dog sat on the log. the cat saw the dog.\n" 
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, T):
+    def __init__(self, d, heads, T, gelu="none"):  # "tanh": GPT-2's gelu_new
         super().__init__()
-        self.heads = heads
+        self.heads, self.gelu = heads, gelu
         self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = nn.ModuleDict(dict(c_attn=nn.Linear(d, 3 * d), c_proj=nn.Linear(d, d)))
         self.mlp = nn.ModuleDict(dict(c_fc=nn.Linear(d, 4 * d), c_proj=nn.Linear(4 * d, d)))
@@ -37,7 +37,9 @@ class Block(nn.Module):
             .softmax(-1)
         )
         x = x + self.attn.c_proj((att @ v).transpose(1, 2).reshape(B, T, d))
-        return x + self.mlp.c_proj(nn.functional.gelu(self.mlp.c_fc(self.ln_2(x))))
+        return x + self.mlp.c_proj(
+            nn.functional.gelu(self.mlp.c_fc(self.ln_2(x)), approximate=self.gelu)
+        )
 
 
 def main(out: Path, steps: int = 300):

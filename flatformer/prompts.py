@@ -17,6 +17,7 @@ import numpy as np
 
 from .errors import FlatformerError
 from .limits import read_text
+from .tasks.base import cut
 
 MAX_BYTES = 10_000_000
 
@@ -47,11 +48,22 @@ def _encode(task, text, what, line) -> list[int]:
         raise FlatformerError(f"prompts line {line}: {what}: {exc}") from None
 
 
+def pieces(task, ids) -> str:
+    """The tokens a text became, by name, where that is news: a tokenizer's pieces (Ġthe Ġcat)
+    are not what was typed; an empty string where the names are the text itself (ids,
+    characters)."""
+    named = task.decode_pieces(ids)
+    if "".join(named.split()) == "".join(task.decode(ids).split()):
+        return ""
+    return f" ({cut(named)})"
+
+
 def _one_token(task, text, what, line) -> int:
     ids = _encode(task, text, what, line)
     if len(ids) != 1:
         raise FlatformerError(
             f"prompts line {line}: {what} must be exactly one token, got {len(ids)}"
+            f"{pieces(task, ids)}"
         )
     return ids[0]
 
@@ -89,8 +101,8 @@ def read_examples(path, task, n_ctx: int):
             corrupt = _sequence(task, row["corrupt"], "corrupt", n, n_ctx)
             if len(corrupt) != len(clean):
                 raise FlatformerError(
-                    f"prompts line {n}: corrupt has {len(corrupt)} tokens, "
-                    f"prompt {len(clean)}; they must align"
+                    f"prompts line {n}: corrupt has {len(corrupt)} tokens{pieces(task, corrupt)}, "
+                    f"prompt {len(clean)}{pieces(task, clean)}; they must align"
                 )
             if "corrupt_target" not in row:
                 raise FlatformerError(f"prompts line {n}: corrupt needs a corrupt_target")

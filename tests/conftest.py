@@ -82,6 +82,10 @@ SLOW_TESTS = {
         "test_against_itself_equals_its_own_cka_and_hdf5_export_reads_back",
     },
     "test_grokking": {"test_the_explorer_colours_numbers_by_their_key_phase"},
+    "test_import_tokenizer": {
+        "test_figures_draw_on_the_held_out_text",
+        "test_the_page_checks_itself_and_its_input_box_reads_the_pieces",
+    },
     "test_playground": {"test_playground_command_writes_one_offline_page"},
     "test_tasks": {"test_analyze_default_prompts_cover_an_ordered_held_out_set"},
 }

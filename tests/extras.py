@@ -58,6 +58,7 @@ TESTS = {
         "transformer_lens",
     ),
     "test_import_hf.py::test_*gpt2*": ("transformers",),
+    "test_import_tokenizer.py::*": ("transformers",),
 }
 
 

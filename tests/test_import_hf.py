@@ -99,7 +99,8 @@ def test_tokens_with_whitespace_are_shown_by_name_and_the_page_opens(tmp_path):
     imported, task = read_source(tmp_path, None, None)
     assert task.vocab[:5] == ["<unk>", "␣", "⏎", "a␣b", "⇥c"] and task.vocab[5] == "w0"
     assert any("visible name" in c for c in imported.provenance["changes"])
-    assert task.encode("␣ a␣b w7") == [1, 3, 12]
+    assert task.encode_pieces("␣ a␣b w7") == [1, 3, 12]  # names typed space-separated
+    assert task.encode("a b") == [3] and task.decode([3]) == "a b"  # text: the tokenizer's
     run = write_run(imported, task, tmp_path / "run")
     assert load_run(run).vocab == task.vocab
     assert json.dumps("a␣b") in render_html(run)  # the page carries the shown names
@@ -107,6 +108,8 @@ def test_tokens_with_whitespace_are_shown_by_name_and_the_page_opens(tmp_path):
 
 def test_tokens_alike_once_whitespace_is_shown_are_refused(tmp_path):
     gpt2(tmp_path, True)
+    from flatformer.importers.run import read_source
+
     save_word_tokenizer(tmp_path, [" ", "␣"] + [f"w{i}" for i in range(11)])
     with pytest.raises(FlatformerError, match="two tokens alike"):
-        hf_gpt2.read(tmp_path)
+        read_source(tmp_path, None, None)

@@ -382,7 +382,11 @@ def _head(text: str) -> tuple[int, int]:
 @app.command()
 def generate(
     run: Path = typer.Argument(..., help="A run folder."),
-    prompt: str = typer.Option(..., help='Space-separated tokens, e.g. "4 1 + 4 6".'),
+    prompt: str = typer.Option(
+        ...,
+        help='Space-separated tokens, e.g. "4 1 + 4 6"; text for a model with a tokenizer or '
+        "characters.",
+    ),
     n: int = typer.Option(10, "-n", help="Tokens to generate."),
     temperature: float = typer.Option(1.0, help="Softmax temperature; 0 is greedy."),
     top_k: Optional[int] = typer.Option(None, help="Keep only the k likeliest tokens."),
@@ -401,6 +405,12 @@ def generate(
         help="A table of every step: probability, entropy, "
         "effective choices and the raw random draw.",
     ),
+    pieces: bool = typer.Option(
+        False,
+        "--pieces",
+        help="The prompt and the output as the vocabulary's token names, space-separated "
+        "(a tokenizer's pieces: Ġthe Ġcat).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ):
     """Continue a prompt with the trained model (the context slides over the last n_ctx tokens),
@@ -411,9 +421,10 @@ def generate(
 
     loaded = load_run(run)
     task = loaded.task
-    tokens = task.encode(prompt)
+    tokens = task.encode_pieces(prompt) if pieces else task.encode(prompt)
     if not tokens:
         raise FlatformerError("--prompt is empty")
+    decode = task.decode_pieces if pieces else task.decode
     hooks = switches(
         loaded.cfg, [_head(h) for h in head_off or []], mlp_off or [], not positions_off, beta
     )
@@ -423,8 +434,8 @@ def generate(
         print(
             strict_json(
                 {
-                    "prompt": task.decode(tokens),
-                    "generated": task.decode(new),
+                    "prompt": decode(tokens),
+                    "generated": decode(new),
                     "tokens": new,
                     "steps": [s.__dict__ for s in steps],
                 }
@@ -432,8 +443,8 @@ def generate(
         )
         return
     # Two labelled lines: a continuation run into its prompt reads as one string.
-    out.print(Text("prompt     ").append(task.decode(tokens)), soft_wrap=True)
-    out.print(Text("generated  ").append(task.decode(new), style="bold"), soft_wrap=True)
+    out.print(Text("prompt     ").append(decode(tokens)), soft_wrap=True)
+    out.print(Text("generated  ").append(decode(new), style="bold"), soft_wrap=True)
     if verbose:
         table = _table("", "#", "token", "p", "entropy (nats)", "effective choices", "draw u")
         for i, s in enumerate(steps):

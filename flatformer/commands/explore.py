@@ -97,6 +97,11 @@ def explore(
     checkpoints: Optional[int] = typer.Option(
         None, help="Checkpoints carried for the slider [all, at most 201; fewer for big models]."
     ),
+    prompt: Optional[str] = typer.Option(
+        None,
+        help="The sequence the page opens on, read as generate reads it (text, for a model "
+        "with a tokenizer) [the task's demo].",
+    ),
 ):
     """Write the live explorer: one offline HTML file that recomputes every number in the browser."""
     from ..explorer.export import export_run
@@ -112,7 +117,7 @@ def explore(
             f"({PAGE_MAX_PARAMS:,}); flatformer analyze, circuits, figures and generate work on it"
         )
     target = limits.output_file(out_file or Path(run) / "explorer.html", "--out")
-    data = export_run(loaded, step, checkpoints)
+    data = export_run(loaded, step, checkpoints, prompt)
     page = page_html(data).encode("utf-8")
     atomic_write(target, page)
     out.print(

@@ -22,7 +22,10 @@ def import_model(
         None, "--format", help="nanogpt, hf-gpt2 or transformer-lens (default: detected)."
     ),
     vocab: Optional[Path] = typer.Option(
-        None, "--vocab", help="nanoGPT's meta.pkl: a character vocabulary."
+        None,
+        "--vocab",
+        help="nanoGPT's meta.pkl: a character vocabulary, for any format (a TransformerLens "
+        "state dict's too); a GPT-2 folder's own tokenizer is read without it.",
     ),
     config: Optional[Path] = typer.Option(
         None, "--config", help="A TransformerLens state dict's cfg.json (HookedTransformerConfig)."
@@ -30,8 +33,9 @@ def import_model(
     corpus: Optional[Path] = typer.Option(
         None,
         "--corpus",
-        help="A held-out text in the model's vocabulary, kept in the run: what eval, analyze, "
-        "figures and circuits measure on (its last 100,000 tokens).",
+        help="A held-out text, read as prompts are (text, for a model with a tokenizer or "
+        "characters), kept in the run: what eval, analyze, figures and circuits measure on "
+        "(its last 100,000 tokens).",
     ),
 ):
     """Import a model from another framework, checked and with its provenance, as a run."""
@@ -44,7 +48,7 @@ def import_model(
         Text(
             f"{out_dir}: {imported.provenance['format']} model, {cfg.n_params:,} "
             f"parameters, {cfg.n_layers} layer{'s' * (cfg.n_layers > 1)}, d_model {cfg.d_model}, "
-            f"vocabulary {cfg.d_vocab} ({task.tokenizer})"
+            f"vocabulary {cfg.d_vocab} ({task.label})"
         ),
         soft_wrap=True,
     )

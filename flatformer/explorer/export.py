@@ -128,19 +128,24 @@ def build_export(
     metrics: list[dict] | None = None,
     mean_windows: np.ndarray | None = None,
     float32: bool = False,
+    demo_tokens: list[int] | None = None,
+    input_note: str | None = None,
 ) -> dict:
     """The page's data for checkpoints [(step, tensors)], ascending, showing `step` first.
 
     `mean_windows` are the held-out windows mean ablation averages over (the analysis's own,
     `readout.reference_windows`); without them the page offers no mean ablation. With `float32`
-    (a float32 source) the weights travel as float32 if every one fits it exactly."""
+    (a float32 source) the weights travel as float32 if every one fits it exactly. The page
+    opens on `demo_tokens` when given (the task's own reading of its demo or of a prompt), else
+    on `demo` read as space-separated vocabulary words; `input_note` is shown under its input
+    box."""
     vocab = check_vocab(cfg, vocab)
     steps = [s for s, _ in checkpoints]
     if step not in steps:
         raise FlatformerError(f"step {step} is not among the exported checkpoints")
     weights = np.concatenate([flat_weights(cfg, t) for _, t in checkpoints])
     dtype = "float32" if float32 and fits_float32(weights) else "float64"
-    demo_tokens = encode_demo(demo, vocab, cfg.n_ctx)
+    demo_tokens = demo_tokens or encode_demo(demo, vocab, cfg.n_ctx)
     prompts = reference_prompts(cfg.d_vocab, cfg.n_ctx, demo_tokens)
     model = Transformer(cfg, dict(checkpoints)[step])
     logits = np.concatenate([model(p)[0].ravel() for p in prompts])
@@ -159,6 +164,7 @@ def build_export(
         "vocab": vocab,
         "demo": demo_tokens or list(range(min(cfg.n_ctx, cfg.d_vocab))),
         "focus": vocab.index(focus) if focus in vocab else None,
+        "input_note": input_note,
         # The layout of `weights` and the names of the activations, from their one definition:
         # the page unpacks by the first and checks its forward pass against the second.
         "tensors": [[name, list(shape)] for name, shape in cfg.param_shapes().items()],
@@ -186,9 +192,13 @@ def _finite(value):
 
 
 def export_run(
-    run: Run | str | Path, step: int | None = None, max_checkpoints: int | None = None
+    run: Run | str | Path,
+    step: int | None = None,
+    max_checkpoints: int | None = None,
+    prompt: str | None = None,
 ) -> dict:
-    """A run's page data: all its checkpoints (or an evenly spaced subset), opening at `step`.
+    """A run's page data: all its checkpoints (or an evenly spaced subset), opening at `step`
+    on `prompt` (read by the run's task: text, for a model with a tokenizer) or its demo.
 
     Without `max_checkpoints` at most 201 go along, fewer for big models (about 250,000
     numbers in all), so the file stays a few megabytes at most.
@@ -214,6 +224,7 @@ def export_run(
             False,
             None,
         )
+    opening = opening_tokens(task, prompt, run.cfg.n_ctx) if prompt is not None else None
     checkpoints = [(s, run.weights(s)) for s in steps]
     data = build_export(
         run.cfg,
@@ -228,6 +239,8 @@ def export_run(
         metrics=run.metrics,
         mean_windows=windows,
         float32=(run.config.get("imported") or {}).get("dtype") == "float32",
+        demo_tokens=opening or (read_demo(task, demo, run.cfg.n_ctx) if known else None),
+        input_note=TOKENIZER_NOTE if getattr(task, "tokenizer", None) == "hf" else None,
     )
     if known:
         data["circuit"] = circuit_export(run, step, task_data)
@@ -236,6 +249,34 @@ def export_run(
     if task_name == "induction":
         data["induction"] = induction_scores(run.cfg, checkpoints)
     return data
+
+
+# The page cannot apply a BPE tokenizer (it would need one written again in JavaScript), so
+# its input box reads the tokenizer's pieces; text goes through the real one in Python.
+TOKENIZER_NOTE = (
+    "This model's tokenizer runs in Python: type its pieces here (as the vocabulary below "
+    "names them), or open the page on a text with flatformer explore RUN --prompt TEXT."
+)
+
+
+def opening_tokens(task, prompt: str, n_ctx: int) -> list[int]:
+    """The tokens of `--prompt`, read by the run's task."""
+    if task is None:
+        raise FlatformerError("--prompt needs the run's task, which this version does not know")
+    tokens = task.encode(prompt)
+    if not 1 <= len(tokens) <= n_ctx:
+        raise FlatformerError(f"--prompt has {len(tokens)} tokens; the page reads 1..{n_ctx}")
+    return tokens
+
+
+def read_demo(task, demo: str, n_ctx: int) -> list[int] | None:
+    """The task's demo as the task reads it (a text, for a tokenizer or characters), or None
+    when it is no sequence the page can open on."""
+    try:
+        tokens = task.encode(demo)
+    except FlatformerError:
+        return None
+    return tokens if 1 <= len(tokens) <= n_ctx else None
 
 
 def circuit_export(run: Run, step: int, data: TaskData) -> dict:

@@ -72,6 +72,7 @@ Panels.input = (ctx) => {
           h("button", {type: "submit"}, "Set"),
           h("button", {type: "button", onclick: () => { say("", false); ctx.set({seq: DATA.demo.slice(), cell: null}); }}, "Demo")),
         msg,
+        DATA.input_note ? h("div", {class: "fig-note", id: "seq-note"}, DATA.input_note) : null,
         h("div", {class: "sub"}, "Vocabulary: click to append"),
         palette),
       h("div", {class: "input-side"},

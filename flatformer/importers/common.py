@@ -15,11 +15,12 @@ from ..errors import FlatformerError
 @dataclass
 class Imported:
     """A model read from another framework: its config, tensors (TransformerLens names, float64
-    or the source's float32), its vocabulary if it came with one, and what the import did."""
+    or the source's float32), its tokenizer (tokenizer.json text) if it came with one, and what
+    the import did."""
 
     cfg: ModelConfig
     tensors: dict[str, np.ndarray]
-    vocab: list[str] | None = None
+    tokenizer: str | None = None
     provenance: dict = field(default_factory=dict)
 
 

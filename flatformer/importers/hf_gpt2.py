@@ -3,7 +3,7 @@ pytorch_model.bin (torch.load(weights_only=True)).
 
 GPT-2 is nanoGPT's architecture with the tanh GELU ("gelu_new", flatformer's "gelu") and
 `Conv1D` weights stored (in, out), the transpose of `nn.Linear`'s; they are transposed and the
-rest is nanoGPT's conversion.
+rest is nanoGPT's conversion. The folder's own tokenizer comes along (`tokenizer.read_folder`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 from ..errors import FlatformerError
-from ..tasks.corpus import char_name
 from . import nanogpt
 from .common import Imported, check_ln_eps, refuse, sha256, torch_state
+from .tokenizer import read_folder
 
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -80,33 +80,5 @@ def read(folder: Path) -> Imported:
     if imported.cfg.d_mlp != m:
         raise FlatformerError(f"{folder}: n_inner {m} but mlp.c_fc has {imported.cfg.d_mlp}")
     imported.provenance.update(source=str(source), sha256=sha256(source))
-    imported.vocab, renamed = token_names(folder, imported.cfg.d_vocab)
-    if renamed:
-        imported.provenance["changes"].append(
-            f"tokenizer.json: whitespace in {renamed} tokens shown by its visible name (␣ ⏎ ⇥)"
-        )
+    imported.tokenizer = read_folder(folder)
     return imported
-
-
-def token_names(folder: Path, V: int) -> tuple[list[str] | None, int]:
-    """Token strings from tokenizer.json's vocabulary when it names every id 0..V-1 once, and
-    how many were renamed.
-
-    Prompts are typed as space-separated tokens, and the page shows every token: whitespace
-    inside a token is written by its visible name (a space as ␣), as the char tokenizer does."""
-    path = folder / "tokenizer.json"
-    if not path.exists():
-        return None, 0
-    try:
-        vocab = json.loads(path.read_text(encoding="utf-8"))["model"]["vocab"]
-        names = {int(i): str(t) for t, i in vocab.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise FlatformerError(f"{path}: no model.vocab mapping tokens to ids") from None
-    if sorted(names) != list(range(V)) or len(set(names.values())) != V:
-        raise FlatformerError(f"{path}: its vocabulary does not name the model's {V} ids once each")
-    shown = ["".join(char_name(c) for c in names[i]) for i in range(V)]
-    if "" in shown or len(set(shown)) != V:
-        raise FlatformerError(
-            f"{path}: an empty token, or two tokens alike once whitespace is shown (␣ ⏎ ⇥)"
-        )
-    return shown, sum(a != names[i] for i, a in enumerate(shown))

@@ -59,14 +59,34 @@ def read_source(
                 f"{vocab}: {len(chars)} characters, the model has d_vocab {imported.cfg.d_vocab}"
             )
         task = ImportedTask.from_chars(chars)
-    elif imported.vocab is not None:  # token strings (tokenizer.json), typed space-separated
-        task = ImportedTask(imported.vocab)
+    elif imported.tokenizer is not None:
+        try:
+            task, renamed = ImportedTask.from_tokenizer(imported.tokenizer, imported.cfg.d_vocab)
+        except FlatformerError as exc:
+            raise FlatformerError(f"{source}: {exc}") from None
+        imported.provenance["changes"].extend(tokenizer_changes(task, renamed))
     else:
         task = ImportedTask([str(i) for i in range(imported.cfg.d_vocab)])
     if corpus is not None:
         task.set_text(read_text(corpus, "corpus", MAX_CORPUS_BYTES), imported.cfg.n_ctx)
         imported.provenance["corpus"] = {"source": str(corpus), "tokens": len(task.tokens)}
     return imported, task
+
+
+def tokenizer_changes(task: ImportedTask, renamed: int) -> list[str]:
+    """What the import notes of a tokenizer's vocabulary: renamed pieces, unused rows."""
+    changes = []
+    if renamed:
+        changes.append(
+            f"tokenizer: whitespace in {renamed} tokens shown by its visible name (␣ ⏎ ⇥)"
+        )
+    if task.unused:
+        first = task.vocab[-task.unused]
+        changes.append(
+            f"tokenizer: {task.unused} embedding rows beyond its vocabulary, named {first} on "
+            "(no text encodes to them)"
+        )
+    return changes
 
 
 def weight_dtype(tensors: dict[str, np.ndarray]) -> str:

@@ -57,6 +57,14 @@ def split_word(word: str, vocab) -> list[str] | None:
     return out
 
 
+HINT_CHARS = 200  # an error line quotes at most this much of a text (a corpus may be megabytes)
+
+
+def cut(text: str) -> str:
+    """`text`, cut to HINT_CHARS with an ellipsis."""
+    return text if len(text) <= HINT_CHARS else text[:HINT_CHARS] + "…"
+
+
 class Task:
     """A next-token task. Subclasses set the class attributes and write `sample` and `rule`.
 
@@ -205,13 +213,13 @@ class Task:
                 split = [split_word(w, index) or [w] for w in text.split()]
                 hint = (
                     f"; tokens are separated by spaces: did you mean "
-                    f'"{" ".join(t for ts in split for t in ts)}"?'
+                    f'"{cut(" ".join(t for ts in split for t in ts))}"?'
                     if split_word(word, index)
                     else ""
                 )
                 raise FlatformerError(
                     f"token {shown!r} is not in the vocabulary of {self.name} "
-                    f"({' '.join(self.vocab[:30])}){hint}"
+                    f"({cut(' '.join(self.vocab[:30]))}){hint}"
                 )
             tokens.append(index[word])
         return tokens
@@ -219,6 +227,15 @@ class Task:
     def decode(self, tokens) -> str:
         """Token ids as the space-separated text `encode` reads back."""
         return " ".join(self.vocab[int(t)] for t in tokens)
+
+    def encode_pieces(self, text: str) -> list[int]:
+        """Tokens named as the vocabulary names them, space-separated, whatever `encode` reads
+        (text, for a task with a tokenizer): `generate --pieces`."""
+        return Task.encode(self, text)
+
+    def decode_pieces(self, tokens) -> str:
+        """Token ids by their names, space-separated, as `encode_pieces` reads them back."""
+        return Task.decode(self, tokens)
 
     def model_label(self) -> str:
         """The default preset with the model settings of `defaults`, e.g. "simulator-16d,

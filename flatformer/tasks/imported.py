@@ -1,8 +1,10 @@
 """The task of an imported model: no rule and no generator, only its vocabulary.
 
-A model from another framework comes without a task. Its run keeps the source's vocabulary,
-either characters (nanoGPT's `meta.pkl`: prompts are plain text, as with `--tokenizer char`
-corpora) or token ids named "0" ... "V-1" (prompts are space-separated ids).
+A model from another framework comes without a task. Its run keeps the source's vocabulary:
+its own tokenizer (a Hugging Face `tokenizer.json`, applied with the `tokenizers` library:
+prompts are plain text), characters (nanoGPT's `meta.pkl`: prompts are plain text, as with
+`--tokenizer char` corpora) or token ids named "0" ... "V-1" (prompts are space-separated ids).
+Every kind also reads its tokens' names typed space-separated (`encode_pieces`).
 
 What the commands measure on (held-out loss, mean ablation, the lens's and figures' windows) is
 a text given at import (`flatformer import ... --corpus TEXT`), kept in the run's config: the
@@ -12,7 +14,7 @@ text, `generate`, `explore` and the commands given prompts work; `eval RUN --cor
 measures any text.
 
 Example: a character model over `a b c` encodes "cab" as [2, 0, 1]; an id model encodes
-"2 0 1" the same.
+"2 0 1" the same; a GPT-2 tokenizer encodes " the cat" as its pieces `Ġthe Ġcat`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .base import Task
 from .corpus import char_name
 
 
+TOKENIZERS = ("ids", "char", "hf")  # hf: a Hugging Face tokenizer.json, kept in the run
 MAX_TEXT_TOKENS = 100_000  # 400 held-out windows of a 256-token context, kept in config.json
 MAX_RULE_VOCAB = 4096  # the (V, V) table of which token follows which
 MAX_TABLE = 20_000_000  # tokens x vocabulary of the held-out set's allowed-token table
@@ -42,13 +45,26 @@ class ImportedTask(Task):
         tokenizer: str = "ids",
         raw: dict | None = None,
         text: str | None = None,
+        tokenizer_json: str | None = None,
     ):
-        if tokenizer not in ("ids", "char"):
+        if tokenizer not in TOKENIZERS:
             raise FlatformerError(
-                f"imported task: tokenizer must be ids or char, got {tokenizer!r}"
+                f"imported task: tokenizer must be one of {', '.join(TOKENIZERS)}, "
+                f"got {tokenizer!r:.40}"
             )
+        if (tokenizer == "hf") != isinstance(tokenizer_json, str):
+            raise FlatformerError("imported task: a tokenizer.json comes with tokenizer hf only")
         self.vocab, self.tokenizer = list(vocab), tokenizer
         self.raw = dict(raw or {})  # visible name -> the whitespace character behind it
+        self.tokenizer_json = tokenizer_json
+        # The Hugging Face tokenizer, built once and checked against the vocabulary it named.
+        self._hf = None if tokenizer_json is None else load_tokenizer(tokenizer_json, "run")
+        # Embedding rows beyond the tokenizer's vocabulary (a padded one), last in `vocab`.
+        self.unused = 0
+        if self._hf is not None:
+            if piece_names(self._hf, len(self.vocab))[0] != self.vocab:
+                raise FlatformerError("imported task: its vocabulary is not its tokenizer's")
+            self.unused = len(self.vocab) - len(self._hf.get_vocab(with_added_tokens=True))
         self.focus = self.vocab[0]
         self.demo = ""
         self.text, self.tokens, self._follows = None, None, None
@@ -81,8 +97,24 @@ class ImportedTask(Task):
         names = [char_name(ch) for ch in chars]
         return cls(names, "char", {char_name(ch): ch for ch in chars if ch.isspace()})
 
+    @classmethod
+    def from_tokenizer(cls, tokenizer_json: str, d_vocab: int) -> tuple["ImportedTask", int]:
+        """A Hugging Face tokenizer's task over a model of `d_vocab` embedding rows, and how
+        many of its tokens are shown by a visible name."""
+        names, renamed = piece_names(load_tokenizer(tokenizer_json, "tokenizer"), d_vocab)
+        return cls(names, "hf", tokenizer_json=tokenizer_json), renamed
+
+    @property
+    def label(self) -> str:
+        """How prompts are read, for the import's summary line."""
+        if self._hf is None:
+            return self.tokenizer
+        return "its tokenizer, text" + (f"; {self.unused} rows unused" if self.unused else "")
+
     def config_extra(self) -> dict:
         extra = {"tokenizer": self.tokenizer, "raw": self.raw}
+        if self.tokenizer_json is not None:
+            extra["tokenizer_json"] = self.tokenizer_json
         if self.text is not None:
             extra["text"] = self.text
         return {"imported_task": extra}
@@ -121,6 +153,9 @@ class ImportedTask(Task):
         return [self.tokens], [self.tokens]
 
     def encode(self, text: str) -> list[int]:
+        if self._hf is not None:
+            # The text as written: no BOS or EOS a template would add around it.
+            return self._hf.encode(text, add_special_tokens=False).ids
         if self.tokenizer == "ids":
             return super().encode(text)
         index = {name: i for i, name in enumerate(self.vocab)}
@@ -131,9 +166,28 @@ class ImportedTask(Task):
         return [index[ch] for ch in text]
 
     def decode(self, tokens) -> str:
+        if self._hf is not None:
+            return self._hf_decode([int(t) for t in tokens])
         if self.tokenizer == "ids":
             return super().decode(tokens)
         return "".join(self.raw.get(self.vocab[int(t)], self.vocab[int(t)]) for t in tokens)
+
+    def _hf_decode(self, ids: list[int]) -> str:
+        """The tokenizer's text; a row beyond its vocabulary (which it would drop silently)
+        written by its name, and each run between such rows decoded whole, so the bytes of a
+        character split over tokens come back together."""
+        n = len(self.vocab) - self.unused
+        parts, run = [], []
+        for t in ids + [None]:
+            if t is not None and t < n:
+                run.append(t)
+                continue
+            if run:
+                parts.append(self._hf.decode(run, skip_special_tokens=False))
+                run = []
+            if t is not None:
+                parts.append(self.vocab[t])
+        return "".join(parts)
 
 
 def imported_for_run(config: dict) -> ImportedTask:
@@ -141,5 +195,47 @@ def imported_for_run(config: dict) -> ImportedTask:
     if not isinstance(spec, dict) or not isinstance(spec.get("raw", {}), dict):
         raise FlatformerError("run config names an imported model but holds no imported_task")
     return ImportedTask(
-        config["vocab"], spec.get("tokenizer", "ids"), spec.get("raw"), spec.get("text")
+        config["vocab"],
+        spec.get("tokenizer", "ids"),
+        spec.get("raw"),
+        spec.get("text"),
+        spec.get("tokenizer_json"),
     )
+
+
+def load_tokenizer(text: str, where: str):
+    """A `tokenizers.Tokenizer` from tokenizer.json's text; one line naming `where` if the
+    library cannot read it."""
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as exc:  # the library raises its own exceptions, of several types
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise FlatformerError(
+            f"{where}: not a tokenizer the tokenizers library reads ({first[:120]})"
+        ) from None
+
+
+def piece_names(hf, d_vocab: int) -> tuple[list[str], int]:
+    """The name of every embedding row: the tokenizer's pieces, whitespace written by its
+    visible name (a space as ␣) as the char tokenizer does, then `<unused N>` for each row
+    beyond the tokenizer (a padded vocabulary; no text encodes to them); and how many pieces
+    were renamed."""
+    ids = hf.get_vocab(with_added_tokens=True)
+    n = len(ids)
+    if sorted(ids.values()) != list(range(n)):
+        raise FlatformerError("the tokenizer does not number its tokens 0..n-1 once each")
+    if n > d_vocab:
+        raise FlatformerError(
+            f"the tokenizer has {n:,} tokens; the model's embedding has {d_vocab:,} rows"
+        )
+    pieces = sorted(ids, key=ids.get)
+    shown = ["".join(char_name(c) for c in p) for p in pieces]
+    shown += [f"<unused {i}>" for i in range(n, d_vocab)]
+    if "" in shown or len(set(shown)) != d_vocab:
+        raise FlatformerError(
+            "the tokenizer has an empty token, or two tokens alike once whitespace is shown "
+            "(␣ ⏎ ⇥) or named as unused rows are"
+        )
+    return shown, sum(a != b for a, b in zip(shown, pieces))
