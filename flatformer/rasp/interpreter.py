@@ -1,0 +1,81 @@
+"""The RASP interpreter: a program's value on one input, with the semantics of Weiss et al.
+2021 as tracr's evaluator fixes them (Lindner et al. 2023): Map and SequenceMap pass None
+through; Aggregate averages the selected values, returns a single selected value as it is, and
+gives the default where nothing is selected; SelectorWidth counts each query's selected keys.
+
+Each expression is evaluated once per input (a program is a graph: shared parts are reused).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from . import rasp as r
+
+
+def evaluate(expr: r.RASPExpr, xs: Sequence[r.Value]):
+    """`expr`'s value on input `xs`: a list (S-op) or a list of query rows (selector)."""
+    return _Evaluation(list(xs)).value(expr)
+
+
+class _Evaluation:
+    def __init__(self, xs: list):
+        self.xs = xs
+        self.memo: dict[int, object] = {}
+
+    def value(self, expr: r.RASPExpr):
+        key = id(expr)
+        if key not in self.memo:
+            self.memo[key] = (expr, self.compute(expr))  # expr kept alive: its id stays unique
+        return self.memo[key][1]
+
+    def compute(self, expr: r.RASPExpr):
+        xs, n = self.xs, len(self.xs)
+        if isinstance(expr, r.TokensType):
+            return list(xs)
+        if isinstance(expr, r.IndicesType):
+            return list(range(n))
+        if isinstance(expr, r.LengthType):
+            return [n] * n
+        if isinstance(expr, r.Map):
+            return [None if x is None else expr.f(x) for x in self.value(expr.inner)]
+        if isinstance(expr, r.SequenceMap):
+            pairs = zip(self.value(expr.fst), self.value(expr.snd))
+            return [None if x is None or y is None else expr.f(x, y) for x, y in pairs]
+        if isinstance(expr, r.Full):
+            return [expr.fill] * n
+        if isinstance(expr, (r.ConstantSOp, r.ConstantSelector)):
+            if expr.check_length and len(expr.value) != n:
+                raise ValueError(f"constant of length {len(expr.value)} on an input of {n}")
+            return expr.value
+        if isinstance(expr, r.SelectorWidth):
+            return [sum(row) for row in self.value(expr.selector)]
+        if isinstance(expr, r.Aggregate):
+            values = self.value(expr.sop)
+            return [
+                _mean([v for s, v in zip(row, values) if s], expr.default)
+                for row in self.value(expr.selector)
+            ]
+        if isinstance(expr, r.Select):
+            keys, queries = self.value(expr.keys), self.value(expr.queries)
+            return [[bool(expr.predicate(k, q)) for k in keys] for q in queries]
+        if isinstance(expr, r.SelectorAnd):
+            a, b = self.value(expr.fst), self.value(expr.snd)
+            return [[x and y for x, y in zip(ra, rb)] for ra, rb in zip(a, b)]
+        if isinstance(expr, r.SelectorOr):
+            a, b = self.value(expr.fst), self.value(expr.snd)
+            return [[x or y for x, y in zip(ra, rb)] for ra, rb in zip(a, b)]
+        if isinstance(expr, r.SelectorNot):
+            return [[not x for x in row] for row in self.value(expr.inner)]
+        raise NotImplementedError(f"no evaluation of {type(expr).__name__}")
+
+
+def _mean(selected: list, default):
+    """tracr's Aggregate: the default for none, the value for one, else the numbers' mean."""
+    if not selected:
+        return default
+    if len(selected) == 1:
+        return selected[0]
+    if all(isinstance(x, (int, bool, float)) for x in selected):
+        return sum(selected) / len(selected)
+    raise ValueError(f"Aggregate can only average numbers, got {selected}")
