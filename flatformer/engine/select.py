@@ -56,6 +56,8 @@ def choose(cfg, recipe=None, requested: str = "auto", dtype=None) -> Engine:
     if requested == "numpy":
         return NUMPY
     if requested == "numba":
+        if not getattr(cfg, "causal", True):
+            raise FlatformerError("the compiled engine attends causally only; use --engine numpy")
         if not covers(cfg, dtype):
             raise FlatformerError(
                 f"the compiled engine does not cover this model in {np.dtype(dtype)} (or numba "
