@@ -1,0 +1,153 @@
+"""A RASP program as a graph the compiler can lay out: its expressions in dependency order,
+each S-op's encoding and the set of values it can take on inputs over a vocabulary up to a
+length (tracr's basis inference, Lindner et al. 2023, done here by applying each operation to
+its inputs' value sets). The checks that make a program uncompilable raise one line each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import FlatformerError
+from . import rasp as r
+from .library import make_length
+
+MAX_VALUES = 4096  # the most values one S-op may take (one residual direction each)
+
+COMPILABLE = (
+    r.TokensType,
+    r.IndicesType,
+    r.Full,
+    r.Map,
+    r.SequenceMap,
+    r.Aggregate,
+    r.SelectorWidth,
+    r.Select,
+)
+
+
+@dataclass
+class Node:
+    """One expression: its children (as nodes), encoding and possible values."""
+
+    expr: r.RASPExpr
+    label: str
+    children: list["Node"] = field(default_factory=list)
+    numerical: bool = False
+    values: list = field(default_factory=list)  # sorted possible values (S-ops only)
+
+    @property
+    def is_sop(self) -> bool:
+        return isinstance(self.expr, r.SOp)
+
+
+class ProgramGraph:
+    """The nodes of `program` (dependencies first) with their value sets over `vocab` and
+    inputs of 1 to `max_len` tokens. `length` is compiled as tracr's library computes it."""
+
+    def __init__(self, program: r.SOp, vocab, max_len: int):
+        if not isinstance(program, r.SOp):
+            raise FlatformerError(f"a program is an S-op, got {type(program).__name__}")
+        self.vocab, self.max_len = list(vocab), max_len
+        self._length = make_length()
+        self.nodes: dict[int, Node] = {}
+        self.order: list[Node] = []
+        self.labels: set[str] = set()
+        self.output = self._visit(program, set())
+
+    def _visit(self, expr, path: set[int]) -> Node:
+        if isinstance(expr, r.LengthType):
+            expr = self._length
+        if not isinstance(expr, r.RASPExpr):
+            raise FlatformerError(f"a program's parts are RASP expressions, got {expr!r:.40}")
+        key = id(expr)
+        if key in path:
+            raise FlatformerError(f"the program has a cycle through {expr.label}")
+        if key in self.nodes:
+            return self.nodes[key]
+        if type(expr) not in COMPILABLE and type(expr) is not r.LinearSequenceMap:
+            raise FlatformerError(
+                f"{expr.label}: {type(expr).__name__} has no compiled form (the compiler "
+                f"knows {', '.join(c.__name__ for c in COMPILABLE)}, LinearSequenceMap, length)"
+            )
+        path.add(key)
+        children = [self._visit(child, path) for child in expr.children]
+        path.discard(key)
+        label = self._unique_label(expr)
+        node = Node(expr, label, children)
+        if node.is_sop:
+            node.numerical = r.is_numerical(expr)
+            node.values = self._values(node)
+        self.nodes[key] = node
+        self.order.append(node)
+        return node
+
+    def _unique_label(self, expr) -> str:
+        label = expr.label if isinstance(expr, (r.TokensType, r.IndicesType)) else expr.name
+        if label in self.labels:
+            label = expr.label
+        self.labels.add(label)
+        return label
+
+    def _values(self, node: Node) -> list:
+        e, kids = node.expr, node.children
+        if isinstance(e, r.TokensType):
+            values = set(self.vocab)
+        elif isinstance(e, r.IndicesType):
+            values = set(range(self.max_len))
+        elif isinstance(e, r.Full):
+            values = {e.fill}
+        elif isinstance(e, r.Map):
+            values = {_apply(e.f, x) for x in kids[0].values}
+        elif isinstance(e, r.SequenceMap):
+            values = {_apply(e.f, x, y) for x in kids[0].values for y in kids[1].values}
+        elif isinstance(e, r.SelectorWidth):
+            values = set(range(self.max_len + 1))
+        else:  # Aggregate
+            values = self._aggregate_values(node)
+        values.discard(_FAILED)
+        if len(values) > MAX_VALUES:
+            raise FlatformerError(
+                f"{node.label} can take {len(values)} values over this vocabulary and length "
+                f"(the compiler allows {MAX_VALUES}); shorten max_len or the vocabulary"
+            )
+        return sorted(values, key=_order_key)
+
+    def _aggregate_values(self, node: Node) -> set:
+        e, sop = node.expr, node.children[1]
+        if not node.numerical:
+            return set(sop.values) | {e.default}
+        # the mean of any multiset of the values, of any size up to max_len
+        numbers = [v for v in sop.values if v is not None]
+        sums, means = {0}, {e.default}
+        for size in range(1, self.max_len + 1):
+            sums = {s + v for s in sums for v in numbers}
+            if len(sums) > MAX_VALUES:
+                raise FlatformerError(
+                    f"{node.label}: the numerical mean of {sop.label} can take over "
+                    f"{MAX_VALUES} values; shorten max_len"
+                )
+            means |= {s / size for s in sums}
+        return means | set(numbers)
+
+
+_FAILED = object()
+
+
+def _apply(f, *args):
+    """f on possible values, None passing through as in the interpreter; a value f raises on
+    cannot occur in a run that succeeds, so it is left out."""
+    if any(a is None for a in args):
+        return None
+    try:
+        return f(*args)
+    except Exception:
+        return _FAILED
+
+
+def _order_key(value):
+    """Values sorted numbers first (by size), then the rest by their text; None last."""
+    if value is None:
+        return (2, 0, "")
+    if isinstance(value, (int, float)):
+        return (0, value, "")
+    return (1, 0, f"{type(value).__name__}:{value}")
