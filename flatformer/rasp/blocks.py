@@ -210,8 +210,8 @@ def select_head(res: Residual, step: str, select: r.Select, graph, bos_score: fl
             if q is not None and k is not None and _call(select.predicate, k, q) is True:
                 head.key.append((dk, j, SCORE))
     bos_dim = len(queries.values)
-    head.query.append((res.at("one"), bos_dim, 1.0))
-    head.key.append((res.at("bos"), bos_dim, bos_score))
+    head.query.append((res.at("one", numerical=True), bos_dim, 1.0))
+    head.key.append((res.at("bos", numerical=True), bos_dim, bos_score))
     return head
 
 
@@ -238,7 +238,7 @@ def aggregate_head(res: Residual, node, graph) -> Head:
             if _same(v, value):
                 head.value.append((d_in, j, 1.0))
         if _same(value, e.default):
-            head.value.append((res.at("bos"), j, 1.0))
+            head.value.append((res.at("bos", numerical=True), j, 1.0))
         head.output.append((j, d_out, 1.0))
     return head
 
@@ -252,6 +252,6 @@ def selector_width_head(res: Residual, node, graph, scratch: int) -> Head:
     """BOS scored like a selected key: its weight 1 / (width + 1) written to the scratch."""
     (selector,) = node.children
     head = select_head(res, node.label, selector.expr, graph, SCORE)
-    head.value.append((res.at("bos"), 0, 1.0))
+    head.value.append((res.at("bos", numerical=True), 0, 1.0))
     head.output.append((0, scratch, 1.0))
     return head

@@ -160,8 +160,8 @@ def _looks_back_only(graph: ProgramGraph) -> bool:
 
 def _residual(graph: ProgramGraph, steps: list[Step], output: Node) -> Residual:
     res = Residual()
-    res.add(Direction("one"))
-    res.add(Direction("bos"))
+    res.add(Direction("one", numerical=True))
+    res.add(Direction("bos", numerical=True))
     nodes = [n for n in graph.order if n.is_sop] + ([output] if output.expr is None else [])
     for node in nodes:
         if node.numerical:
@@ -265,7 +265,7 @@ def _embed(tensors, graph: ProgramGraph, res: Residual) -> None:
     """BOS: `one` and `bos`; a token: `one`, its tokens direction and every Full's value;
     position p >= 1: indices p - 1."""
     W_E, W_pos = tensors["embed.W_E"], tensors["pos_embed.W_pos"]
-    W_E[0, res.at("one")] = W_E[0, res.at("bos")] = 1.0
+    W_E[0, res.at("one", numerical=True)] = W_E[0, res.at("bos", numerical=True)] = 1.0
     for node in graph.order:
         e = node.expr
         if isinstance(e, r.TokensType):
@@ -279,7 +279,7 @@ def _embed(tensors, graph: ProgramGraph, res: Residual) -> None:
                 W_E[1 : len(graph.vocab) + 1, res.at(node.label, numerical=True)] = float(e.fill)
             else:
                 W_E[1 : len(graph.vocab) + 1, res.at(node.label, e.fill)] = 1.0
-    W_E[1 : len(graph.vocab) + 1, res.at("one")] = 1.0
+    W_E[1 : len(graph.vocab) + 1, res.at("one", numerical=True)] = 1.0
 
 
 def _mlp(tensors, model: CompiledProgram, name: str, parts, res: Residual) -> None:
@@ -287,7 +287,7 @@ def _mlp(tensors, model: CompiledProgram, name: str, parts, res: Residual) -> No
     if not parts:
         return
     W_in, b_in, W_out = tensors[name + ".W_in"], tensors[name + ".b_in"], tensors[name + ".W_out"]
-    bos = res.at("bos")
+    bos = res.at("bos", numerical=True)
     u = 0
     for label, units in parts:
         model.mlps.setdefault(name, []).append([label, u, u + len(units)])

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..transformer import Transformer
 from .compile import CompiledProgram
+from . import rasp as r
 from .interpreter import evaluate
 
 
@@ -28,6 +29,11 @@ class Validation:
     def ok(self) -> bool:
         return not self.mismatches
 
+    @property
+    def cause(self) -> str:
+        """Why the first mismatch happened, where an aggregate explains it (else empty)."""
+        return self.mismatches[0].get("cause", "") if self.mismatches else ""
+
     def summary(self) -> str:
         how = "every input" if self.exhaustive else f"a random sample of {self.total:,} inputs"
         if self.ok:
@@ -35,7 +41,9 @@ class Validation:
         first = self.mismatches[0]
         return (
             f"{len(self.mismatches):,} of {self.checked:,} inputs differ; first: "
-            f"{first['input']} gives {first['model']}, the program {first['program']}"
+            f"{first['input']} gives {first['model']}"
+            + (f", the program {first['program']}" if first["program"] is not None else "")
+            + (f" ({first['cause']})" if first.get("cause") else "")
         )
 
 
@@ -76,12 +84,46 @@ def validate(program, compiled: CompiledProgram, limit: int = 100_000, keep: int
             logits = model(np.array([compiled.encode(xs) for xs in chunk]))
             predicted = logits[:, 1:, :].argmax(-1)
             for xs, row in zip(chunk, predicted):
-                want = evaluate(program, xs)
                 got = [compiled.classes[c] for c in row]
+                cause = ""
+                try:
+                    want = evaluate(program, xs)
+                except Exception as e:  # the program itself fails on this input
+                    want, cause = None, f"the program raises {type(e).__name__}: {e}"
                 result.checked += 1
-                if not all(same(g, w) for g, w in zip(got, want)):
+                if want is None or not all(same(g, w) for g, w in zip(got, want)):
                     if len(result.mismatches) < keep:
-                        result.mismatches.append({"input": xs, "model": got, "program": want})
+                        cause = cause or too_wide(program, xs)
+                        result.mismatches.append(
+                            {"input": xs, "model": got, "program": want, "cause": cause}
+                        )
                     else:
                         result.mismatches.append({})
     return result
+
+
+def too_wide(program, xs) -> str:
+    """The first categorical Aggregate that averages different values on input xs: one
+    direction per value cannot hold a mean (Lindner et al. 2023 require such an aggregate to
+    select one value); empty if there is none."""
+    seen, stack = set(), [program]
+    while stack:
+        expr = stack.pop()
+        if id(expr) in seen:
+            continue
+        seen.add(id(expr))
+        stack.extend(expr.children)
+        if isinstance(expr, r.Aggregate) and r.is_categorical(expr):
+            try:
+                values = evaluate(expr.sop, xs)
+            except Exception:
+                continue
+            for q, row in enumerate(evaluate(expr.selector, xs)):
+                picked = {repr(v) for s, v in zip(row, values) if s}
+                if len(picked) > 1:
+                    return (
+                        f"categorical Aggregate {expr.label} selects {sum(row)} keys of different "
+                        f"values at position {q}: one direction per value holds no mean; make it "
+                        "numerical or select one key"
+                    )
+    return ""
