@@ -92,6 +92,7 @@ def compile_rasp_to_model(
     if causal is None:
         causal = _looks_back_only(graph)
     res = _residual(graph, steps, output)
+    _check_size(graph, steps, res)
     model = _assemble(graph, steps, output, res, causal)
     model.seconds = time.process_time() - start
     return model
@@ -174,6 +175,29 @@ def _residual(graph: ProgramGraph, steps: list[Step], output: Node) -> Residual:
         if step.kind == "selector_width":
             res.add(Direction(step.label + ".bos_weight", numerical=True))
     return res
+
+
+def _check_size(graph: ProgramGraph, steps: list[Step], res: Residual) -> None:
+    """Refuse a model over flatformer's limits before building its tables."""
+    too_big = None
+    if len(res) > LIMITS["d_model"][1]:
+        too_big = ("d_model", len(res))
+    for step in steps:
+        node, e = step.node, step.node.expr
+        if isinstance(e, (r.Aggregate, r.SelectorWidth)) and isinstance(e.selector, r.Select):
+            width = len(graph.nodes[id(e.selector.queries)].values) + 1
+            if width > LIMITS["d_head"][1]:
+                too_big = too_big or ("d_head", width)
+        if isinstance(e, r.SequenceMap):
+            pairs = len(node.children[0].values) * len(node.children[1].values)
+            if pairs > LIMITS["d_mlp"][1]:
+                too_big = too_big or ("d_mlp", pairs)
+    if too_big:
+        name, size = too_big
+        raise FlatformerError(
+            f"the compiled model needs {name} {size}, over flatformer's limit of "
+            f"{LIMITS[name][1]}; use a smaller vocabulary or max_len"
+        )
 
 
 def _assemble(graph, steps, output: Node, res: Residual, causal: bool) -> CompiledProgram:
