@@ -171,6 +171,16 @@ class ModelConfig:
         return self.from_dict({**self.to_dict(), **changes})
 
 
+def require_causal(cfg: ModelConfig, what: str) -> None:
+    """One line refusing a model that attends to every key (causal: false, as compiled RASP
+    programs do) where `what` computes causal attention only."""
+    if not cfg.causal:
+        raise FlatformerError(
+            f"{what} computes causal attention only; this model attends to every key "
+            "(causal: false)"
+        )
+
+
 PRESETS: dict[str, dict] = {
     # Source 1: embedding and head size 2, one head, no W_O, no LayerNorm, ReLU MLP 2 -> 32 -> 2.
     # 250 parameters at vocabulary 12.

@@ -147,7 +147,9 @@ def test_non_causal_config_attends_to_later_keys_and_saves_only_when_set():
     assert cache["blocks.0.attn.hook_pattern"][0, 0, 0, 2] > 0
     _, cache = Transformer(cfg.replace(causal=True), tensors).run_with_cache([0, 1, 2])
     assert cache["blocks.0.attn.hook_pattern"][0, 0, 0, 2] == 0
-    with pytest.raises(FlatformerError, match="causally only"):
+    with pytest.raises(
+        FlatformerError, match="compiled engine .use --engine numpy. computes causal attention only"
+    ):
         from flatformer.engine.select import choose
 
         choose(cfg, requested="numba")
@@ -172,3 +174,44 @@ def test_the_front_end_offers_tracrs_names():
         "TRUE",
         "FALSE",
     }
+
+
+def every_path_program():
+    """A program through each construction the library does not use."""
+    doubled = rasp.numerical(rasp.Map(lambda x: 2 * x, rasp.tokens)).named("doubled")  # cat -> num
+    mean = rasp.numerical(
+        rasp.Aggregate(
+            rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ), doubled, default=0
+        )
+    ).named("mean")
+    squared = rasp.numerical(rasp.Map(lambda x: x * x, mean)).named("squared")  # num -> num
+    big = rasp.Map(lambda x: x > 5, squared).named("big")  # num -> categorical
+    offset = rasp.SequenceMap(lambda x, y: x + y, rasp.tokens, rasp.Full(1)).named("offset")
+    same = rasp.SequenceMap(lambda x, y: x * y, rasp.tokens, rasp.tokens).named("same")
+    last = rasp.Aggregate(
+        rasp.Select(rasp.indices, rasp.length - 1, rasp.Comparison.EQ), offset + same
+    ).named("last")
+    return rasp.SequenceMap(lambda b, v: f"{b}{v}", big, last).named("out")
+
+
+def test_every_construction_equals_the_interpreter():
+    program = every_path_program()
+    assert program([1, 3]) == ["False13", "True13"]
+    compiled = compile_rasp_to_model(program, [1, 2, 3], 4)
+    result = validate(program, compiled)
+    assert result.ok and result.checked == 120, result.summary()
+
+
+def test_a_numerical_output_is_read_out_as_its_values():
+    program = lib.make_frac_prevs(rasp.tokens == 1)
+    compiled = compile_rasp_to_model(program, [1, 2], 3)
+    assert run(compiled, [1, 2, 1]) == pytest.approx([1, 0.5, 2 / 3])
+    assert compiled.ground_truth()["mlps"]["blocks.1.mlp"][0][0] == "frac_prevs.readout"
+
+
+def test_an_sop_named_like_a_constant_direction_keeps_them_apart():
+    one = rasp.numerical(rasp.Map(lambda x: x, rasp.tokens)).named("one")
+    prevs = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
+    program = rasp.numerical(rasp.Aggregate(prevs, one, default=0))
+    compiled = compile_rasp_to_model(program, [1, 2], 3)
+    assert compiled.residual.count("one") == 1 and validate(program, compiled).ok

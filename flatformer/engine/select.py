@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import require_causal
 from ..errors import FlatformerError
 from . import kernels
 from .dtypes import default_dtype
@@ -55,9 +56,10 @@ def choose(cfg, recipe=None, requested: str = "auto", dtype=None) -> Engine:
         dtype = default_dtype(cfg)
     if requested == "numpy":
         return NUMPY
+    if recipe is not None:
+        require_causal(cfg, "training (next-token prediction)")
     if requested == "numba":
-        if not getattr(cfg, "causal", True):
-            raise FlatformerError("the compiled engine attends causally only; use --engine numpy")
+        require_causal(cfg, "the compiled engine (use --engine numpy)")
         if not covers(cfg, dtype):
             raise FlatformerError(
                 f"the compiled engine does not cover this model in {np.dtype(dtype)} (or numba "

@@ -223,7 +223,7 @@ def aggregate_head(res: Residual, node, graph) -> Head:
     if node.numerical:
         if not sop.numerical:
             raise FlatformerError(f"{node.label}: a numerical Aggregate needs a numerical S-op")
-        if e.default not in (0, None):
+        if e.default is None or e.default != 0:
             raise FlatformerError(f"{node.label}: a numerical Aggregate's default must be 0")
         head.value.append((res.at(sop.label, numerical=True), 0, 1.0))
         head.output.append((0, res.at(node.label, numerical=True), 1.0))

@@ -51,12 +51,13 @@ class ProgramGraph:
         self._length = make_length()
         self.nodes: dict[int, Node] = {}
         self.order: list[Node] = []
-        self.labels: set[str] = set()
+        self.labels: set[str] = {"one", "bos"}  # the constant directions' names
         self.output = self._visit(program, set())
 
     def _visit(self, expr, path: set[int]) -> Node:
-        if isinstance(expr, r.LengthType):
-            expr = self._length
+        if isinstance(expr, r.LengthType):  # the same node under the primitive's id too
+            self.nodes[id(expr)] = node = self._visit(self._length, path)
+            return node
         if not isinstance(expr, r.RASPExpr):
             raise FlatformerError(f"a program's parts are RASP expressions, got {expr!r:.40}")
         key = id(expr)
@@ -97,9 +98,10 @@ class ProgramGraph:
         elif isinstance(e, r.Full):
             values = {e.fill}
         elif isinstance(e, r.Map):
-            values = {_apply(e.f, x) for x in kids[0].values}
+            values = _value_set(node, (_apply(e.f, x) for x in kids[0].values))
         elif isinstance(e, r.SequenceMap):
-            values = {_apply(e.f, x, y) for x in kids[0].values for y in kids[1].values}
+            pairs = ((x, y) for x in kids[0].values for y in kids[1].values)
+            values = _value_set(node, (_apply(e.f, x, y) for x, y in pairs))
         elif isinstance(e, r.SelectorWidth):
             values = set(range(self.max_len + 1))
         else:  # Aggregate
@@ -131,6 +133,15 @@ class ProgramGraph:
 
 
 _FAILED = object()
+
+
+def _value_set(node: Node, values) -> set:
+    try:
+        return set(values)
+    except TypeError:
+        raise FlatformerError(
+            f"{node.label}: its function returns a value that is not a number, string, bool or None"
+        ) from None
 
 
 def _apply(f, *args):
