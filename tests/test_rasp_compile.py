@@ -34,8 +34,11 @@ REFERENCE = [
 
 @pytest.mark.parametrize("name, program, vocab, max_len", REFERENCE, ids=[c[0] for c in REFERENCE])
 def test_reference_program_model_equals_interpreter_on_every_input(name, program, vocab, max_len):
-    compiled = compile_rasp_to_model(program, vocab, max_len)
-    result = validate(program, compiled)
+    for exact_limit in (0, 20_000):  # value sets inferred, then observed
+        compiled = compile_rasp_to_model(program, vocab, max_len, exact_limit=exact_limit)
+        assert compiled.exact_values == bool(exact_limit)
+        result = validate(program, compiled)
+        assert result.ok, f"{'observed' if exact_limit else 'inferred'}: {result.summary()}"
     assert result.exhaustive and result.checked == sum(
         len(vocab) ** n for n in range(1, max_len + 1)
     )
@@ -87,7 +90,18 @@ def test_ground_truth_names_directions_heads_and_mlps():
     assert "hist:3" in truth["residual"] and len(truth["residual"]) == compiled.cfg.d_model
     assert truth["heads"] == {"blocks.0.attn.0": "hist"}
     assert truth["mlps"]["blocks.0.mlp"][0][0] == "hist"
-    assert truth["classes"] == ["0", "1", "2", "3"]
+    assert truth["classes"] == ["1", "2", "3"] and truth["values"] == "observed on every input"
+
+
+def test_value_sets_observed_on_every_input_or_inferred():
+    program = lib.make_reverse(rasp.tokens)
+    exact = compile_rasp_to_model(program, DIGITS, 4)
+    inferred = compile_rasp_to_model(program, DIGITS, 4, exact_limit=0)
+    assert exact.exact_values and not inferred.exact_values
+    assert exact.class_names == ["1", "2", "3"]  # a reversal always finds its position
+    assert inferred.class_names == ["1", "2", "3", "None"]  # the default, never produced
+    assert exact.cfg.d_model < inferred.cfg.d_model
+    assert validate(program, exact).ok and validate(program, inferred).ok
 
 
 def cyclic_program():

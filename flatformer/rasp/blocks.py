@@ -63,6 +63,8 @@ def out_weights(res: Residual, node, value) -> dict[int, float]:
         if value is None:
             return {}
         return {res.at(node.label, numerical=True): float(value)}
+    if not res.has(node.label, value):  # a value that occurs on no input (observed sets)
+        return {}
     return {res.at(node.label, value): 1.0}
 
 
@@ -137,7 +139,7 @@ def numerical_map_units(res: Residual, node, inner, f) -> list[Unit]:
 
 def selector_width_readout(res: Residual, node, scratch: int) -> list[Unit]:
     """The width w from the BOS weight 1 / (w + 1) at the scratch direction."""
-    points = [1.0 / (w + 1) for w in range(max(node.values), -1, -1)]
+    points = [1.0 / (w + 1) for w in sorted(node.values, reverse=True)]
 
     class Scratch:  # the scratch direction as a numerical input with these values
         label, values = node.label + ".bos_weight", points
@@ -153,6 +155,9 @@ class _Aliased:
 
     def __init__(self, res: Residual, extra: dict[str, int]):
         self.res, self.extra = res, extra
+
+    def has(self, variable, value=None, numerical=False):
+        return self.res.has(variable, value, numerical)
 
     def at(self, variable, value=None, numerical=False):
         if numerical and variable in self.extra:

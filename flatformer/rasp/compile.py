@@ -17,7 +17,7 @@ from ..config import LIMITS, MAX_PARAMS, ModelConfig
 from ..errors import FlatformerError
 from . import blocks
 from . import rasp as r
-from .graph import Node, ProgramGraph
+from .graph import EXACT_LIMIT, Node, ProgramGraph
 from .layout import Direction, Residual
 
 
@@ -45,6 +45,7 @@ class CompiledProgram:
     heads: dict[str, str] = field(default_factory=dict)  # "blocks.L.attn.h" -> step label
     mlps: dict[str, list] = field(default_factory=dict)  # "blocks.L.mlp" -> [label, start, end]
     seconds: float = 0.0
+    exact_values: bool = False  # value sets observed on every input (else inferred)
 
     @property
     def token_names(self) -> list[str]:
@@ -72,14 +73,21 @@ class CompiledProgram:
             "vocab": self.token_names,
             "classes": self.class_names,
             "max_len": self.max_len,
+            "values": "observed on every input" if self.exact_values else "inferred",
         }
 
 
 def compile_rasp_to_model(
-    program: r.SOp, vocab, max_seq_len: int, causal: bool | None = None
+    program: r.SOp,
+    vocab,
+    max_seq_len: int,
+    causal: bool | None = None,
+    exact_limit: int = EXACT_LIMIT,
 ) -> CompiledProgram:
     """The model of `program` on inputs of 1 to `max_seq_len` values from `vocab`. causal=None
-    makes it causal exactly when every Select only looks back (a key index <= its query's)."""
+    makes it causal exactly when every Select only looks back (a key index <= its query's).
+    Each S-op's values are observed on every input where there are at most `exact_limit`
+    inputs, else inferred (graph.py)."""
     start = time.process_time()
     vocab = _checked_vocab(vocab)
     if not isinstance(max_seq_len, int) or not 1 <= max_seq_len < LIMITS["n_ctx"][1]:
@@ -87,13 +95,14 @@ def compile_rasp_to_model(
             f"max_len must be a whole number from 1 to {LIMITS['n_ctx'][1] - 1}, "
             f"got {max_seq_len!r}"
         )
-    graph = ProgramGraph(program, vocab, max_seq_len)
+    graph = ProgramGraph(program, vocab, max_seq_len, exact_limit)
     steps, output = _schedule(graph)
     if causal is None:
         causal = _looks_back_only(graph)
     res = _residual(graph, steps, output)
     _check_size(graph, steps, res)
     model = _assemble(graph, steps, output, res, causal)
+    model.exact_values = graph.exact
     model.seconds = time.process_time() - start
     return model
 
@@ -223,6 +232,11 @@ def _assemble(graph, steps, output: Node, res: Residual, causal: bool) -> Compil
             mlps[layer].append((step.label, blocks.categorical_map_units(res, node)))
         else:
             mlps[layer].append((step.label, blocks.sequence_map_units(res, node)))
+    # a unit that writes nothing (its values never occur together) is left out
+    mlps = [
+        [(label, [u for u in units if any(u.outputs.values())]) for label, units in layer]
+        for layer in mlps
+    ]
     classes = list(output.values) or [None]
     if len(classes) == 1:
         classes.append("(unused)")

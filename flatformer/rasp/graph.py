@@ -1,17 +1,23 @@
 """A RASP program as a graph the compiler can lay out: its expressions in dependency order,
 each S-op's encoding and the set of values it can take on inputs over a vocabulary up to a
-length (tracr's basis inference, Lindner et al. 2023, done here by applying each operation to
-its inputs' value sets). The checks that make a program uncompilable raise one line each."""
+length. Where there are at most `exact_limit` such inputs the sets are observed, by running
+the interpreter on every one of them (exact: the model gets a direction for each value that
+occurs and no other); otherwise they are inferred by applying each operation to its inputs'
+sets (tracr's basis inference, Lindner et al. 2023), which can include values that never
+occur. The checks that make a program uncompilable raise one line each."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from ..errors import FlatformerError
 from . import rasp as r
+from .interpreter import record_values
 from .library import make_length
 
 MAX_VALUES = 4096  # the most values one S-op may take (one residual direction each)
+EXACT_LIMIT = 20_000  # observe the value sets where there are at most this many inputs
 
 COMPILABLE = (
     r.TokensType,
@@ -23,6 +29,9 @@ COMPILABLE = (
     r.SelectorWidth,
     r.Select,
 )
+
+
+PRIMITIVES = (r.TokensType, r.IndicesType, r.Full)
 
 
 @dataclass
@@ -44,7 +53,7 @@ class ProgramGraph:
     """The nodes of `program` (dependencies first) with their value sets over `vocab` and
     inputs of 1 to `max_len` tokens. `length` is compiled as tracr's library computes it."""
 
-    def __init__(self, program: r.SOp, vocab, max_len: int):
+    def __init__(self, program: r.SOp, vocab, max_len: int, exact_limit: int = EXACT_LIMIT):
         if not isinstance(program, r.SOp):
             raise FlatformerError(f"a program is an S-op, got {type(program).__name__}")
         self.vocab, self.max_len = list(vocab), max_len
@@ -52,7 +61,34 @@ class ProgramGraph:
         self.nodes: dict[int, Node] = {}
         self.order: list[Node] = []
         self.labels: set[str] = {"one", "bos"}  # the constant directions' names
+        n_inputs = sum(len(self.vocab) ** n for n in range(1, max_len + 1))
+        self.exact = n_inputs <= exact_limit
         self.output = self._visit(program, set())
+        if self.exact and not self._observe(program):
+            self.exact = False
+            for node in self.order:
+                if node.is_sop:
+                    node.values = self._values(node)
+
+    def _observe(self, program: r.SOp) -> bool:
+        """Each derived S-op's values over every input; False if the program fails on one."""
+        derived = {
+            key: node
+            for key, node in self.nodes.items()
+            if node.is_sop and not isinstance(node.expr, PRIMITIVES)
+        }
+        seen: dict[int, set] = {id(node): set() for node in derived.values()}
+        try:
+            for n in range(1, self.max_len + 1):
+                for xs in itertools.product(self.vocab, repeat=n):
+                    for key, (_, values) in record_values(program, list(xs)).items():
+                        if key in derived:
+                            seen[id(derived[key])].update(values)
+        except Exception:  # the program fails on an input, or makes an unhashable value
+            return False
+        for node in derived.values():
+            node.values = sorted(seen[id(node)], key=_order_key)
+        return True
 
     def _visit(self, expr, path: set[int]) -> Node:
         if isinstance(expr, r.LengthType):  # the same node under the primitive's id too
@@ -77,7 +113,8 @@ class ProgramGraph:
         node = Node(expr, label, children)
         if node.is_sop:
             node.numerical = r.is_numerical(expr)
-            node.values = self._values(node)
+            if not self.exact or isinstance(expr, PRIMITIVES):
+                node.values = self._values(node)
         self.nodes[key] = node
         self.order.append(node)
         return node

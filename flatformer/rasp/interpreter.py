@@ -18,6 +18,13 @@ def evaluate(expr: r.RASPExpr, xs: Sequence[r.Value]):
     return _Evaluation(list(xs)).value(expr)
 
 
+def record_values(expr: r.RASPExpr, xs: Sequence[r.Value]) -> dict:
+    """Every sub-expression's value on input `xs`, by the sub-expression's id: (expr, value)."""
+    evaluation = _Evaluation(list(xs))
+    evaluation.value(expr)
+    return evaluation.memo
+
+
 class _Evaluation:
     def __init__(self, xs: list):
         self.xs = xs

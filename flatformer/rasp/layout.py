@@ -39,6 +39,9 @@ class Residual:
             self.directions.append(direction)
         return self._index[key]
 
+    def has(self, variable: str, value=None, numerical: bool = False) -> bool:
+        return self._key(variable, value, numerical) in self._index
+
     def at(self, variable: str, value=None, numerical: bool = False) -> int:
         return self._index[self._key(variable, value, numerical)]
 
