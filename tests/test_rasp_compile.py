@@ -136,6 +136,8 @@ def cyclic_program():
         ),
         (lib.make_hist(), DIGITS, 100_000, "max_len must be"),
         (lib.make_hist(), list(range(200_000)), 3, "vocabulary of 200000"),
+        (lib.make_hist(), [1, "1"], 3, "distinct values, as text too"),
+        (lib.make_hist(), ["BOS", "a"], 3, "cannot hold 'BOS'"),
         (
             lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=40, min_key=1),
             list(range(300)),

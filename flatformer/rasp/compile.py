@@ -111,8 +111,15 @@ def _checked_vocab(vocab) -> list:
     values = list(vocab)
     if not values:
         raise FlatformerError("the vocabulary is empty")
-    if any(v is None for v in values) or len(set(values)) != len(values):
-        raise FlatformerError(f"the vocabulary must be distinct values (no None), got {values}")
+    names = [str(v) for v in values]
+    if any(v is None for v in values) or len(set(names)) != len(values):
+        raise FlatformerError(
+            f"the vocabulary must be distinct values, as text too (no None), got {names!r:.80}"
+        )
+    if "BOS" in names:
+        raise FlatformerError(
+            "the vocabulary cannot hold 'BOS', the name of the model's first token"
+        )
     if len(values) + 1 > LIMITS["d_vocab"][1]:
         raise FlatformerError(f"a vocabulary of {len(values)} is over the model's limit")
     return values
