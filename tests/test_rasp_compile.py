@@ -67,9 +67,10 @@ def test_none_default_compiles_to_none_where_tracr_gave_a_value():
 
 
 def test_a_categorical_mean_is_a_mismatch_with_its_cause():
+    """Value sets inferred, the compiler cannot see it; validation names it."""
     upto = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
     program = rasp.Aggregate(upto, rasp.tokens)  # categorical, yet averages two positions
-    result = validate(program, compile_rasp_to_model(program, [1, 2], 3))
+    result = validate(program, compile_rasp_to_model(program, [1, 2], 3, exact_limit=0))
     assert not result.ok and result.checked == 14
     assert "selects 2 keys of different values" in result.cause
     assert result.mismatches[0]["input"] == [1, 2]
@@ -137,6 +138,20 @@ def cyclic_program():
         (lib.make_hist(), DIGITS, 100_000, "max_len must be"),
         (lib.make_hist(), list(range(200_000)), 3, "vocabulary of 200000"),
         (lib.make_hist(), [1, "1"], 3, "distinct values, as text too"),
+        (
+            rasp.Aggregate(
+                rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ), rasp.tokens
+            ),
+            [1, 2],
+            3,
+            r"selects 2 keys of different values at position 1 of input \[1, 2\]",
+        ),
+        (
+            rasp.Map(lambda x: 1 / x, rasp.tokens),
+            [0, 1],
+            3,
+            r"fails on input \[0\] \(ZeroDivisionError",
+        ),
         (lib.make_hist(), ["BOS", "a"], 3, "cannot hold 'BOS'"),
         (
             lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=40, min_key=1),

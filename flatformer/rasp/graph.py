@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import FlatformerError
 from . import rasp as r
-from .interpreter import record_values
+from .interpreter import categorical_aggregates, record_values, too_wide
 from .library import make_length
 
 MAX_VALUES = 4096  # the most values one S-op may take (one residual direction each)
@@ -78,14 +78,23 @@ class ProgramGraph:
             if node.is_sop and not isinstance(node.expr, PRIMITIVES)
         }
         seen: dict[int, set] = {id(node): set() for node in derived.values()}
-        try:
-            for n in range(1, self.max_len + 1):
-                for xs in itertools.product(self.vocab, repeat=n):
-                    for key, (_, values) in record_values(program, list(xs)).items():
+        checked = bool(categorical_aggregates(program))
+        for n in range(1, self.max_len + 1):
+            for xs in itertools.product(self.vocab, repeat=n):
+                try:
+                    memo = record_values(program, list(xs))
+                except Exception as e:  # the program fails: a wide aggregate, or otherwise
+                    cause = too_wide(program, xs) if checked else ""
+                    raise (FlatformerError(cause) if cause else _fails(xs, e)) from None
+                cause = too_wide(program, xs, memo) if checked else ""
+                if cause:
+                    raise FlatformerError(cause)
+                try:
+                    for key, (_, values) in memo.items():
                         if key in derived:
                             seen[id(derived[key])].update(values)
-        except Exception:  # the program fails on an input, or makes an unhashable value
-            return False
+                except TypeError:  # an unhashable value: _values names its S-op
+                    return False
         for node in derived.values():
             node.values = sorted(seen[id(node)], key=_order_key)
         return True
@@ -170,6 +179,14 @@ class ProgramGraph:
 
 
 _FAILED = object()
+
+
+def _fails(xs, error: Exception) -> FlatformerError:
+    message = str(error).splitlines()[0] if str(error) else ""
+    return FlatformerError(
+        f"the program fails on input {list(xs)} ({type(error).__name__}: {message:.120}); a "
+        "compiled model needs a value at every input up to max_len"
+    )
 
 
 def _value_set(node: Node, values) -> set:

@@ -25,6 +25,44 @@ def record_values(expr: r.RASPExpr, xs: Sequence[r.Value]) -> dict:
     return evaluation.memo
 
 
+def categorical_aggregates(program: r.RASPExpr) -> list[r.Aggregate]:
+    seen, stack, found = set(), [program], []
+    while stack:
+        expr = stack.pop()
+        if id(expr) not in seen:
+            seen.add(id(expr))
+            stack.extend(expr.children)
+            if isinstance(expr, r.Aggregate) and r.is_categorical(expr):
+                found.append(expr)
+    return found
+
+
+def too_wide(program: r.RASPExpr, xs: Sequence[r.Value], memo: dict | None = None) -> str:
+    """Why a categorical Aggregate cannot be compiled for input xs, if one averages different
+    values there (a one-hot encoding holds no mean: Lindner et al. 2023 require such an
+    aggregate to select one value); empty if none does. `memo`: the input's values, if known."""
+    if memo is None:
+        evaluation = _Evaluation(list(xs))
+        try:
+            evaluation.value(program)
+        except Exception:  # the values computed before the failure are kept
+            pass
+        memo = evaluation.memo
+    for agg in categorical_aggregates(program):
+        if id(agg.selector) not in memo or id(agg.sop) not in memo:
+            continue
+        values = memo[id(agg.sop)][1]
+        for q, row in enumerate(memo[id(agg.selector)][1]):
+            picked = [v for s, v in zip(row, values) if s]
+            if any((v is None) != (picked[0] is None) or v != picked[0] for v in picked):
+                return (
+                    f"categorical Aggregate {agg.label} selects {len(picked)} keys of different "
+                    f"values at position {q} of input {list(xs)}: one direction per value holds "
+                    "no mean; make it numerical or select one key"
+                )
+    return ""
+
+
 class _Evaluation:
     def __init__(self, xs: list):
         self.xs = xs

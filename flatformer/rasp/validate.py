@@ -12,8 +12,7 @@ import numpy as np
 
 from ..transformer import Transformer
 from .compile import CompiledProgram
-from . import rasp as r
-from .interpreter import evaluate
+from .interpreter import evaluate, too_wide
 
 
 @dataclass
@@ -100,30 +99,3 @@ def validate(program, compiled: CompiledProgram, limit: int = 100_000, keep: int
                     else:
                         result.mismatches.append({})
     return result
-
-
-def too_wide(program, xs) -> str:
-    """The first categorical Aggregate that averages different values on input xs: one
-    direction per value cannot hold a mean (Lindner et al. 2023 require such an aggregate to
-    select one value); empty if there is none."""
-    seen, stack = set(), [program]
-    while stack:
-        expr = stack.pop()
-        if id(expr) in seen:
-            continue
-        seen.add(id(expr))
-        stack.extend(expr.children)
-        if isinstance(expr, r.Aggregate) and r.is_categorical(expr):
-            try:
-                values = evaluate(expr.sop, xs)
-            except Exception:
-                continue
-            for q, row in enumerate(evaluate(expr.selector, xs)):
-                picked = {repr(v) for s, v in zip(row, values) if s}
-                if len(picked) > 1:
-                    return (
-                        f"categorical Aggregate {expr.label} selects {sum(row)} keys of different "
-                        f"values at position {q}: one direction per value holds no mean; make it "
-                        "numerical or select one key"
-                    )
-    return ""
