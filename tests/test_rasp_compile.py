@@ -246,3 +246,10 @@ def test_an_sop_named_like_a_constant_direction_keeps_them_apart():
     program = rasp.numerical(rasp.Aggregate(prevs, one, default=0))
     compiled = compile_rasp_to_model(program, [1, 2], 3)
     assert compiled.residual.count("one") == 1 and validate(program, compiled).ok
+
+
+def test_a_truthy_predicate_selects_as_the_interpreter_reads_it():
+    program = rasp.SelectorWidth(rasp.Select(rasp.tokens, rasp.tokens, lambda k, q: k * q))
+    compiled = compile_rasp_to_model(program, [0, 1, 2], 3)
+    assert program([0, 2, 1]) == [0, 2, 2] and validate(program, compiled).ok
+    assert rasp.DefaultRASPEvaluator().evaluate(program, [1]) == [1]

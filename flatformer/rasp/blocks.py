@@ -191,6 +191,12 @@ def _writes_change(res, node, before, after) -> dict[int, float]:
 _SKIP = object()
 
 
+def selects(predicate, key, query) -> bool:
+    """Whether the predicate selects, as the interpreter reads it (truthy); False if it raises."""
+    result = _call(predicate, key, query)
+    return result is not _SKIP and bool(result)
+
+
 def _call(f, *args):
     try:
         return f(*args)
@@ -212,7 +218,7 @@ def select_head(res: Residual, step: str, select: r.Select, graph, bos_score: fl
     for j, (q, dq) in enumerate(directions_of(res, queries)):
         head.query.append((dq, j, 1.0))
         for k, dk in directions_of(res, keys):
-            if q is not None and k is not None and _call(select.predicate, k, q) is True:
+            if q is not None and k is not None and selects(select.predicate, k, q):
                 head.key.append((dk, j, SCORE))
     bos_dim = len(queries.values)
     head.query.append((res.at("one", numerical=True), bos_dim, 1.0))

@@ -168,9 +168,7 @@ def _looks_back_only(graph: ProgramGraph) -> bool:
         if isinstance(e, r.Select):
             if not (isinstance(e.keys, r.IndicesType) and isinstance(e.queries, r.IndicesType)):
                 return False
-            if any(
-                blocks._call(e.predicate, k, q) is True for q in range(n) for k in range(q + 1, n)
-            ):
+            if any(blocks.selects(e.predicate, k, q) for q in range(n) for k in range(q + 1, n)):
                 return False
     return True
 

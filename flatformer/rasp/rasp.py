@@ -502,3 +502,12 @@ DEFAULT_ANNOTATORS: dict[str, Callable[[RASPExpr], Any]] = {
     _NAME_KEY: _default_name,
     _ENCODING_KEY: _default_encoding,
 }
+
+
+class DefaultRASPEvaluator:
+    """tracr's evaluator object: `DefaultRASPEvaluator().evaluate(expr, xs)`."""
+
+    def evaluate(self, expr: RASPExpr, xs: Sequence[Value]):
+        from .interpreter import evaluate
+
+        return evaluate(expr, xs)
