@@ -253,3 +253,12 @@ def test_a_truthy_predicate_selects_as_the_interpreter_reads_it():
     compiled = compile_rasp_to_model(program, [0, 1, 2], 3)
     assert program([0, 2, 1]) == [0, 2, 2] and validate(program, compiled).ok
     assert rasp.DefaultRASPEvaluator().evaluate(program, [1]) == [1]
+
+
+def test_too_many_inputs_are_sampled_and_said_so():
+    program = lib.make_hist()
+    result = validate(program, compile_rasp_to_model(program, DIGITS, 8), limit=500)
+    assert not result.exhaustive and result.checked == 500 and result.total == 9840
+    assert result.summary() == (
+        "model equals the interpreter on a random sample (500 of the 9,840 inputs)"
+    )

@@ -34,9 +34,12 @@ class Validation:
         return self.mismatches[0].get("cause", "") if self.mismatches else ""
 
     def summary(self) -> str:
-        how = "every input" if self.exhaustive else f"a random sample of {self.total:,} inputs"
+        if self.exhaustive:
+            how = f"every input ({self.checked:,} checked)"
+        else:
+            how = f"a random sample ({self.checked:,} of the {self.total:,} inputs)"
         if self.ok:
-            return f"model equals the interpreter on {how} ({self.checked:,} checked)"
+            return f"model equals the interpreter on {how}"
         first = self.mismatches[0]
         return (
             f"{len(self.mismatches):,} of {self.checked:,} inputs differ; first: "
