@@ -115,11 +115,11 @@ def linear_units(res: Residual, node) -> list[Unit]:
     return units
 
 
-def numerical_map_units(res: Residual, node, inner, f) -> list[Unit]:
-    """f of a numerical input whose possible values are inner.values: the output at the
-    smallest value, plus a step of f's change at each midpoint between consecutive values."""
-    points = merged(inner.values)
-    d = res.at(inner.label, numerical=True)
+def numerical_map_units(res: Residual, node, source: int, values, f) -> list[Unit]:
+    """f of the number at direction `source`, whose possible values are `values`: the output
+    at the smallest value, plus a step of f's change at each midpoint between consecutive
+    values (a pair of ReLUs each, exactly 0 below the step's lower value and 1 above its upper)."""
+    points = merged(values)
     first = _call(f, points[0])
     units = [Unit({}, _writes(res, node, first), bias=1.0)]
     previous = first
@@ -131,38 +131,23 @@ def numerical_map_units(res: Residual, node, inner, f) -> list[Unit]:
         slope = 4.0 / (high - low)  # +-2 at the two values: the step is exactly 0 or 1 there
         middle = (low + high) / 2
         change = _writes_change(res, node, previous, now)
-        units.append(Unit({d: slope}, change, bias=1.0 - slope * middle))
-        units.append(Unit({d: slope}, {k: -w for k, w in change.items()}, bias=-slope * middle))
+        units.append(Unit({source: slope}, change, bias=1.0 - slope * middle))
+        units.append(
+            Unit({source: slope}, {k: -w for k, w in change.items()}, bias=-slope * middle)
+        )
         previous = now
     return units
 
 
+def numerical_input_units(res: Residual, node, inner, f) -> list[Unit]:
+    """f of a numerical S-op `inner` (a Map, or the readout of a numerical output)."""
+    return numerical_map_units(res, node, res.at(inner.label, numerical=True), inner.values, f)
+
+
 def selector_width_readout(res: Residual, node, scratch: int) -> list[Unit]:
-    """The width w from the BOS weight 1 / (w + 1) at the scratch direction."""
-    points = [1.0 / (w + 1) for w in sorted(node.values, reverse=True)]
-
-    class Scratch:  # the scratch direction as a numerical input with these values
-        label, values = node.label + ".bos_weight", points
-
-    res_index = {Scratch.label: scratch}
-    return numerical_map_units(
-        _Aliased(res, res_index), node, Scratch, lambda x: round(1.0 / x) - 1
-    )
-
-
-class _Aliased:
-    """A Residual with extra numerical directions under other names (the scratch)."""
-
-    def __init__(self, res: Residual, extra: dict[str, int]):
-        self.res, self.extra = res, extra
-
-    def has(self, variable, value=None, numerical=False):
-        return self.res.has(variable, value, numerical)
-
-    def at(self, variable, value=None, numerical=False):
-        if numerical and variable in self.extra:
-            return self.extra[variable]
-        return self.res.at(variable, value, numerical)
+    """The width w from the BOS weight 1 / (w + 1) that the head wrote at `scratch`."""
+    weights = [1.0 / (w + 1) for w in node.values]
+    return numerical_map_units(res, node, scratch, weights, lambda x: round(1.0 / x) - 1)
 
 
 def merged(values) -> list:

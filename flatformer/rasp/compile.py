@@ -228,10 +228,10 @@ def _assemble(graph, steps, output: Node, res: Residual, causal: bool) -> Compil
             heads[layer].append(blocks.selector_width_head(res, node, graph, scratch))
             mlps[layer].append((step.label, blocks.selector_width_readout(res, node, scratch)))
         elif step.kind == "readout":
-            units = blocks.numerical_map_units(res, node, node.children[0], lambda x: x)
+            units = blocks.numerical_input_units(res, node, node.children[0], lambda x: x)
             mlps[layer].append((step.label, units))
         elif isinstance(node.expr, r.Map) and node.children[0].numerical:
-            units = blocks.numerical_map_units(res, node, node.children[0], node.expr.f)
+            units = blocks.numerical_input_units(res, node, node.children[0], node.expr.f)
             mlps[layer].append((step.label, units))
         elif isinstance(node.expr, r.Map):
             mlps[layer].append((step.label, blocks.categorical_map_units(res, node)))
