@@ -262,3 +262,14 @@ def test_too_many_inputs_are_sampled_and_said_so():
     assert result.summary() == (
         "model equals the interpreter on a random sample (500 of the 9,840 inputs)"
     )
+
+
+def test_numerical_tokens_and_indices_are_embedded_as_numbers():
+    prevs = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ)
+    mean = rasp.numerical(rasp.Aggregate(prevs, rasp.numerical(rasp.tokens), default=0))
+    program = rasp.numerical(rasp.LinearSequenceMap(mean, rasp.numerical(rasp.indices), 1, 1))
+    assert program([2, 4]) == [2, 4]
+    compiled = compile_rasp_to_model(program, [1, 2, 4], 3)
+    numbers = [name for name in compiled.residual if name.startswith(("tokens", "indices_"))]
+    assert numbers[0] == "tokens" and len(numbers) == 2 and "indices:0" in compiled.residual
+    assert validate(program, compiled).ok

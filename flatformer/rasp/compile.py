@@ -309,20 +309,27 @@ def _embed(tensors, graph: ProgramGraph, res: Residual) -> None:
     position p >= 1: indices p - 1."""
     W_E, W_pos = tensors["embed.W_E"], tensors["pos_embed.W_pos"]
     W_E[0, res.at("one", numerical=True)] = W_E[0, res.at("bos", numerical=True)] = 1.0
+    tokens = [(i + 1, v) for i, v in enumerate(graph.vocab)]
     for node in graph.order:
         e = node.expr
         if isinstance(e, r.TokensType):
-            for i, v in enumerate(graph.vocab):
-                W_E[i + 1, res.at(node.label, v)] = 1.0
+            for row, v in tokens:
+                _write(W_E[row], res, node, v)
         elif isinstance(e, r.IndicesType):
             for p in range(graph.max_len):
-                W_pos[p + 1, res.at(node.label, p)] = 1.0
+                _write(W_pos[p + 1], res, node, p)
         elif isinstance(e, r.Full):
-            if node.numerical:
-                W_E[1 : len(graph.vocab) + 1, res.at(node.label, numerical=True)] = float(e.fill)
-            else:
-                W_E[1 : len(graph.vocab) + 1, res.at(node.label, e.fill)] = 1.0
+            for row, _ in tokens:
+                _write(W_E[row], res, node, e.fill)
     W_E[1 : len(graph.vocab) + 1, res.at("one", numerical=True)] = 1.0
+
+
+def _write(row: np.ndarray, res: Residual, node: Node, value) -> None:
+    """Make `node` read `value` in this embedding row: its number, or its value's direction."""
+    if node.numerical:
+        row[res.at(node.label, numerical=True)] = float(value)
+    else:
+        row[res.at(node.label, value)] = 1.0
 
 
 def _mlp(tensors, model: CompiledProgram, name: str, parts, res: Residual) -> None:

@@ -129,9 +129,9 @@ class ProgramGraph:
         return node
 
     def _unique_label(self, expr) -> str:
-        label = expr.label if isinstance(expr, (r.TokensType, r.IndicesType)) else expr.name
-        if label in self.labels:
-            label = expr.label
+        label = expr.name
+        if label in self.labels:  # a second S-op of this name (a copy of tokens, say)
+            label = f"{label}_{expr.unique_id}"
         self.labels.add(label)
         return label
 
