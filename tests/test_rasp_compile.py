@@ -139,6 +139,26 @@ def cyclic_program():
         (lib.make_hist(), list(range(200_000)), 3, "vocabulary of 200000"),
         (lib.make_hist(), [1, "1"], 3, "distinct values, as text too"),
         (
+            rasp.SelectorWidth(
+                rasp.Select(rasp.numerical(rasp.tokens), rasp.tokens, rasp.Comparison.EQ)
+            ),
+            [1, 2],
+            3,
+            "a Select's keys and queries must be categorical",
+        ),
+        (
+            rasp.numerical(
+                rasp.Aggregate(
+                    rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LT),
+                    rasp.numerical(rasp.tokens),
+                    default=1,
+                )
+            ),
+            [1, 2],
+            3,
+            "default must be 0",
+        ),
+        (
             rasp.Aggregate(
                 rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ), rasp.tokens
             ),
