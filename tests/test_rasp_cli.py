@@ -84,3 +84,14 @@ def test_commands_that_attend_causally_refuse_a_compiled_run(tmp_path):
     assert_one_line_error(circuits, "circuits computes causal attention only")
     train = cli_here("train", "plus-last-even", "--set", "causal=false", "--out", tmp_path / "t")
     assert_one_line_error(train, "training (next-token prediction) computes causal attention only")
+    numpy = cli_here(
+        "train",
+        "plus-last-even",
+        "--set",
+        "causal=false",
+        "--engine",
+        "numpy",
+        "--out",
+        tmp_path / "t",
+    )
+    assert_one_line_error(numpy, "training (next-token prediction) computes causal attention only")

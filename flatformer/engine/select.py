@@ -54,10 +54,10 @@ def choose(cfg, recipe=None, requested: str = "auto", dtype=None) -> Engine:
     dtype = dtype or (recipe.dtype if recipe is not None else "float64")
     if dtype == "auto":  # a recipe not yet resolved by its Job
         dtype = default_dtype(cfg)
-    if requested == "numpy":
-        return NUMPY
     if recipe is not None:
         require_causal(cfg, "training (next-token prediction)")
+    if requested == "numpy":
+        return NUMPY
     if requested == "numba":
         require_causal(cfg, "the compiled engine (use --engine numpy)")
         if not covers(cfg, dtype):
