@@ -293,3 +293,8 @@ def test_numerical_tokens_and_indices_are_embedded_as_numbers():
     numbers = [name for name in compiled.residual if name.startswith(("tokens", "indices_"))]
     assert numbers[0] == "tokens" and len(numbers) == 2 and "indices:0" in compiled.residual
     assert validate(program, compiled).ok
+
+
+def test_a_set_vocabulary_as_tracr_passes_it_is_sorted():
+    compiled = compile_rasp_to_model(lib.make_length(), {"c", "a", "b"}, 2)
+    assert compiled.token_names[:4] == ["BOS", "a", "b", "c"]

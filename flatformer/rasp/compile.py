@@ -17,7 +17,7 @@ from ..config import LIMITS, MAX_PARAMS, ModelConfig
 from ..errors import FlatformerError
 from . import blocks
 from . import rasp as r
-from .graph import EXACT_LIMIT, Node, ProgramGraph
+from .graph import EXACT_LIMIT, Node, ProgramGraph, order_key
 from .layout import Direction, Residual
 
 
@@ -108,7 +108,8 @@ def compile_rasp_to_model(
 
 
 def _checked_vocab(vocab) -> list:
-    values = list(vocab)
+    """The input values in token order: a list's order, or a set's sorted (tracr passes sets)."""
+    values = sorted(vocab, key=order_key) if isinstance(vocab, (set, frozenset)) else list(vocab)
     if not values:
         raise FlatformerError("the vocabulary is empty")
     names = [str(v) for v in values]

@@ -96,7 +96,7 @@ class ProgramGraph:
                 except TypeError:  # an unhashable value: _values names its S-op
                     return False
         for node in derived.values():
-            node.values = sorted(seen[id(node)], key=_order_key)
+            node.values = sorted(seen[id(node)], key=order_key)
         return True
 
     def _visit(self, expr, path: set[int]) -> Node:
@@ -158,7 +158,7 @@ class ProgramGraph:
                 f"{node.label} can take {len(values)} values over this vocabulary and length "
                 f"(the compiler allows {MAX_VALUES}); shorten max_len or the vocabulary"
             )
-        return sorted(values, key=_order_key)
+        return sorted(values, key=order_key)
 
     def _aggregate_values(self, node: Node) -> set:
         e, sop = node.expr, node.children[1]
@@ -209,7 +209,7 @@ def _apply(f, *args):
         return _FAILED
 
 
-def _order_key(value):
+def order_key(value):
     """Values sorted numbers first (by size), then the rest by their text; None last."""
     if value is None:
         return (2, 0, "")
