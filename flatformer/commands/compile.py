@@ -9,6 +9,7 @@ import typer
 from rich.text import Text
 
 from ..errors import FlatformerError
+from ..limits import whole
 from .app import app, out
 
 
@@ -29,6 +30,7 @@ def compile_program(
     from ..rasp.run import load_program, parse_vocab, write_compiled_run
     from ..rasp.validate import validate
 
+    whole("--limit", limit, 1, 10_000_000)
     program = load_program(source, name)
     compiled = compile_rasp_to_model(program, parse_vocab(vocab), max_len)
     result = validate(program, compiled, limit=limit)
