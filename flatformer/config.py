@@ -24,7 +24,7 @@ LIMITS = {
 MAX_PARAMS = 20_000_000
 ACT_FNS = ("relu", "gelu", "gelu_erf")
 # Fields added after runs were first saved, left out of a saved config at their default.
-LATER_DEFAULTS = {"attn_out_bias": False, "d_vocab_out": 0}
+LATER_DEFAULTS = {"attn_out_bias": False, "d_vocab_out": 0, "causal": True}
 
 # The model's two constants, shared by every implementation: TransformerLens's LayerNorm eps
 # and GPT-2's tanh GELU's sqrt(2 / pi).
@@ -62,11 +62,12 @@ class ModelConfig:
     # defaults, so every config and checkpoint saved before them stays byte-identical.
     attn_out_bias: bool = False  # the attention output bias b_O (d_model,), added after W_O
     d_vocab_out: int = 0  # tokens the unembedding predicts (0: d_vocab), as in grokking's model
+    causal: bool = True  # False: every query reads every key (compiled RASP programs)
 
     def __post_init__(self):
         for name, (lo, hi) in LIMITS.items():
             whole(f"config: {name}", getattr(self, name), lo, hi)
-        for name in ("qkv_bias", "attn_out", "unembed_bias", "ln_final", "attn_out_bias"):
+        for name in ("qkv_bias", "attn_out", "unembed_bias", "ln_final", "attn_out_bias", "causal"):
             if not isinstance(getattr(self, name), bool):
                 raise FlatformerError(
                     f"config: {name} must be true or false, got {getattr(self, name)!r}"
@@ -168,6 +169,16 @@ class ModelConfig:
 
     def replace(self, **changes) -> "ModelConfig":
         return self.from_dict({**self.to_dict(), **changes})
+
+
+def require_causal(cfg: ModelConfig, what: str) -> None:
+    """One line refusing a model that attends to every key (causal: false, as compiled RASP
+    programs do) where `what` computes causal attention only."""
+    if not cfg.causal:
+        raise FlatformerError(
+            f"{what} computes causal attention only; this model attends to every key "
+            "(causal: false)"
+        )
 
 
 PRESETS: dict[str, dict] = {

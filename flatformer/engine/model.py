@@ -160,7 +160,9 @@ def forward(
     for layer in range(cfg.n_layers):
         b = f"blocks.{layer}."
         rows = read if read is not None and layer == cfg.n_layers - 1 else None
-        mask = causal_bias(T, params.flat.dtype)
+        mask = (
+            causal_bias(T, params.flat.dtype) if cfg.causal else np.zeros((T, T), params.flat.dtype)
+        )
         resid = hook(b + "hook_resid_pre", resid)
         attn_in = resid
         if cfg.normalization == "pre_ln":

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import require_causal
 from ..errors import FlatformerError
 from . import kernels
 from .dtypes import default_dtype
@@ -53,9 +54,12 @@ def choose(cfg, recipe=None, requested: str = "auto", dtype=None) -> Engine:
     dtype = dtype or (recipe.dtype if recipe is not None else "float64")
     if dtype == "auto":  # a recipe not yet resolved by its Job
         dtype = default_dtype(cfg)
+    if recipe is not None:
+        require_causal(cfg, "training (next-token prediction)")
     if requested == "numpy":
         return NUMPY
     if requested == "numba":
+        require_causal(cfg, "the compiled engine (use --engine numpy)")
         if not covers(cfg, dtype):
             raise FlatformerError(
                 f"the compiled engine does not cover this model in {np.dtype(dtype)} (or numba "

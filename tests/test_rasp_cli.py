@@ -1,0 +1,97 @@
+"""`flatformer compile`: a program file to a checked run folder, or one line and exit 2."""
+
+import json
+
+from clitools import assert_one_line_error, cli_here
+
+from flatformer.runs import load_run
+
+SHIFT = """
+from flatformer import rasp
+later = rasp.Select(rasp.indices, rasp.indices, lambda key, query: key == query + 2)
+program = rasp.Aggregate(later, rasp.tokens).named("shift")
+"""
+
+
+def test_compile_writes_a_run_with_its_ground_truth(tmp_path):
+    source = tmp_path / "shift.py"
+    source.write_text(SHIFT)
+    result = cli_here(
+        "compile", source, "--vocab", "0,1,2,3", "--max-len", "4", "--out", tmp_path / "run"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "every input (340 checked)" in result.stdout
+    run = load_run(tmp_path / "run")
+    assert run.config["vocab"] == ["BOS", "0", "1", "2", "3"] and run.cfg.causal is False
+    truth = json.loads((tmp_path / "run" / "config.json").read_text())["imported"]["rasp"]
+    assert truth["classes"] == ["0", "1", "2", "3", "None"]
+    assert truth["heads"] == {"blocks.0.attn.0": "shift"}
+    assert "shift:None" in truth["residual"] and truth["validation"]["mismatches"] == 0
+    logits = run.model()([0, 3, 2, 1, 4])[0]
+    assert [truth["classes"][c] for c in logits[1:].argmax(-1)] == [
+        "0",
+        "3",
+        "None",
+        "None",
+    ]  # input 2 1 0 3
+
+
+BAD = {
+    "cycle": (
+        "from flatformer import rasp\na = rasp.Map(lambda x: x + 1, rasp.tokens)\n"
+        "program = rasp.Map(lambda x: x, a, simplify=False)\na.inner = program\n",
+        "cycle",
+    ),
+    "unknown": (
+        "from flatformer import rasp\nprogram = rasp.ConstantSOp([1]) + rasp.tokens\n",
+        "ConstantSOp",
+    ),
+    "wide": (
+        "from flatformer import rasp\nprogram = rasp.Aggregate(rasp.Select(rasp.indices, "
+        "rasp.indices, rasp.Comparison.LEQ), rasp.tokens)\n",
+        "selects 2 keys of different values",
+    ),
+    "not an S-op": ("program = 3\n", "not a RASP S-op"),
+}
+
+
+def test_bad_programs_get_one_line_and_exit_2(tmp_path):
+    for name, (text, words) in BAD.items():
+        source = tmp_path / f"{name.replace(' ', '_')}.py"
+        source.write_text(text)
+        result = cli_here(
+            "compile", source, "--vocab", "1,2", "--max-len", "3", "--out", tmp_path / "r"
+        )
+        assert_one_line_error(result, words)
+        assert result.returncode == 2
+    assert not (tmp_path / "r").exists()
+    source = tmp_path / "shift.py"
+    source.write_text(SHIFT)
+    huge = ",".join(map(str, range(1100)))
+    too_big = cli_here(
+        "compile", source, "--vocab", huge, "--max-len", "3", "--out", tmp_path / "r"
+    )
+    assert_one_line_error(too_big, "d_model", "limit of 1024")
+
+
+def test_commands_that_attend_causally_refuse_a_compiled_run(tmp_path):
+    source = tmp_path / "shift.py"
+    source.write_text(SHIFT)
+    cli_here("compile", source, "--vocab", "0,1", "--max-len", "3", "--out", tmp_path / "run")
+    explore = cli_here("explore", tmp_path / "run", "--out", tmp_path / "page.html")
+    assert_one_line_error(explore, "the explorer page computes causal attention only")
+    circuits = cli_here("circuits", tmp_path / "run")
+    assert_one_line_error(circuits, "circuits computes causal attention only")
+    train = cli_here("train", "plus-last-even", "--set", "causal=false", "--out", tmp_path / "t")
+    assert_one_line_error(train, "training (next-token prediction) computes causal attention only")
+    numpy = cli_here(
+        "train",
+        "plus-last-even",
+        "--set",
+        "causal=false",
+        "--engine",
+        "numpy",
+        "--out",
+        tmp_path / "t",
+    )
+    assert_one_line_error(numpy, "training (next-token prediction) computes causal attention only")
