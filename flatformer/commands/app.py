@@ -15,6 +15,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ..terminal import EscapeHook
+
 app = typer.Typer(
     help="flatformer: train a transformer small enough to see through, then look inside it.",
     no_args_is_help=True,
@@ -24,6 +26,8 @@ app = typer.Typer(
 )
 console = Console(stderr=True)
 out = Console()
+for _console in (console, out):  # text from files may hold control characters: shown escaped
+    _console.push_render_hook(EscapeHook())
 
 
 def print_version(value: bool):
