@@ -301,3 +301,17 @@ def test_fuzzed_config_sizes_end_in_whole_numbers_in_range_or_one_line(config):
         return
     for name, value in sizes.items():
         assert type(value) is int and validate.LIMITS[name][0] <= value <= validate.LIMITS[name][1]
+
+
+@pytest.mark.parametrize("vocab", [False, True], ids=["ids", "chars"])
+def test_a_corpus_linked_to_another_file_is_not_quoted_in_the_error(tmp_path, vocab):
+    from test_import_nanogpt import write_source
+
+    write_source(tmp_path)
+    (tmp_path / "secret").write_text("hunter2:x:0:0 private\n")
+    (tmp_path / "text.txt").symlink_to(tmp_path / "secret")
+    meta = ["--vocab", tmp_path / "meta.pkl"] if vocab else []
+    result = cli_here("import", tmp_path / "ckpt.pt", *meta, "--corpus", tmp_path / "text.txt",
+                      "--out", tmp_path / "run")  # fmt: skip
+    assert_one_line_error(result, "held-out text", "outside the model's vocabulary")
+    assert "hunter2" not in result.stderr and "'h'" not in result.stderr
