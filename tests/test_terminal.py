@@ -99,3 +99,12 @@ def test_a_meta_pkl_with_an_escape_character_imports_and_generates_escaped(tmp_p
     result = cli_here("generate", tmp_path / "run", "--prompt", "a\x1bb", "-n", "3")
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout and "a\\x1bb" in result.stdout
+
+
+def test_a_path_that_reads_as_rich_markup_is_printed_as_it_is(paper_run, tmp_path):
+    folder = tmp_path / "[link=x]y[" / "link][" / "x]"  # ".../[link=x]y[/link][/x]"
+    folder.mkdir(parents=True)
+    result = cli_here("prompts", paper_run, "--out", folder / "p.jsonl")
+    assert result.returncode == 0, result.stderr
+    assert str(folder / "p.jsonl") in result.stderr.replace("\n", "")  # wrapped at 80
+    assert "\x1b" not in result.stderr + result.stdout

@@ -24,9 +24,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-console = Console(stderr=True)
-out = Console()
-for _console in (console, out):  # text from files may hold control characters: shown escaped
+# Text printed is never read as rich markup (a path "[/x]" raised, "[link=...]" made a
+# hyperlink), and control characters in it are shown escaped (terminal.py).
+console = Console(stderr=True, markup=False)
+out = Console(markup=False)
+for _console in (console, out):
     _console.push_render_hook(EscapeHook())
 
 
