@@ -108,3 +108,14 @@ def test_a_path_that_reads_as_rich_markup_is_printed_as_it_is(paper_run, tmp_pat
     assert result.returncode == 0, result.stderr
     assert str(folder / "p.jsonl") in result.stderr.replace("\n", "")  # wrapped at 80
     assert "\x1b" not in result.stderr + result.stdout
+
+
+def test_a_progress_message_is_escaped_in_the_live_bars(monkeypatch):
+    from flatformer.commands import app
+
+    seen = []
+    display = app.ProgressDisplay()
+    monkeypatch.setattr(app.Progress, "update", lambda self, task, **kw: seen.append(kw["info"]))
+    display("train", 1, 2, f"run {TITLE}")
+    display.close()
+    assert seen == ["run \\x1b]0;pwned\\x07"]

@@ -15,7 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ..terminal import EscapeHook
+from ..terminal import EscapeHook, shown
 
 app = typer.Typer(
     help="flatformer: train a transformer small enough to see through, then look inside it.",
@@ -101,7 +101,8 @@ class ProgressDisplay:
             )
             self.stage = stage
             self.display.start()
-        self.display.update(self.bar, completed=i, total=n or None, info=message)
+        # The bars are drawn by rich's live display, past the consoles' escaping hook
+        self.display.update(self.bar, completed=i, total=n or None, info=shown(message))
         if n and i >= n:
             self.close()
 
