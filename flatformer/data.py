@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import FlatformerError
 from .tasks.base import Task
 
 VAL_WINDOWS = 400
@@ -131,6 +132,14 @@ class TaskData:
         val_starts = np.concatenate(
             [np.arange(s, e - n_ctx, n_ctx) for s, e in zip(held.starts, held.ends)]
         )
+        if not len(val_starts):  # a held-out loss and rule error over nothing: refused
+            longest = int(max(held.ends - held.starts, default=0))
+            hint = f"--set n_ctx={longest - 1}" if longest > 1 else "a task with held-out data"
+            raise FlatformerError(
+                f"task {task.name}: its held-out data ({longest} tokens at most in a "
+                f"sequence) is no longer than the context ({n_ctx}), so no held-out window "
+                f"can be measured; try {hint} or a longer text"
+            )
         if not task.answer_only:
             val_starts = val_starts[evenly_spaced(len(val_starts), VAL_WINDOWS)]
         val_inputs, val_targets, val_weights = held.windows(val_starts, n_ctx, drop_unseen=False)

@@ -96,7 +96,7 @@ def test_a_hugging_face_folder_of_another_architecture_is_refused_by_model_type(
     [
         ([1, 2], ["must be an object"]),
         (dict(GROKKING, output_logits_soft_cap="big"), ["wrong type", "'big'"]),
-        (dict(GROKKING, d_vocab_out=[1]), ["wrong type"]),
+        (dict(GROKKING, d_vocab_out=[1]), ["d_vocab_out", "whole number"]),
         ({k: v for k, v in GROKKING.items() if k != "d_head"}, ["lacks a size", "d_head"]),
         (dict(GROKKING, d_model=24), ["shape"]),
     ],

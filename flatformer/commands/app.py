@@ -15,6 +15,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ..terminal import EscapeHook, shown
+
 app = typer.Typer(
     help="flatformer: train a transformer small enough to see through, then look inside it.",
     no_args_is_help=True,
@@ -22,8 +24,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-console = Console(stderr=True)
-out = Console()
+# Text printed is never read as rich markup (a path "[/x]" raised, "[link=...]" made a
+# hyperlink), and control characters in it are shown escaped (terminal.py).
+console = Console(stderr=True, markup=False)
+out = Console(markup=False)
+for _console in (console, out):
+    _console.push_render_hook(EscapeHook())
 
 
 def print_version(value: bool):
@@ -95,7 +101,8 @@ class ProgressDisplay:
             )
             self.stage = stage
             self.display.start()
-        self.display.update(self.bar, completed=i, total=n or None, info=message)
+        # The bars are drawn by rich's live display, past the consoles' escaping hook
+        self.display.update(self.bar, completed=i, total=n or None, info=shown(message))
         if n and i >= n:
             self.close()
 

@@ -127,11 +127,13 @@ def circuits_report(
 ) -> dict:
     """The JSON report of `flatformer circuits` for a loaded run; with `path` (edges), also
     that path's path-patching effect between the clean and the corrupt prompts."""
-    from ..edges.methods import build_problem, find_circuits, path_patch
+    from ..edges.methods import build_problem, check_memory, find_circuits, path_patch, prompts_for
 
     step = run.resolve_step(step)
     # Examples ablated by resampling or zeroing need no task data (an imported model has none)
     data = run.data() if examples is None or ablation == "mean" else None
+    tokens = examples[0] if examples is not None else prompts_for(run.task, data, prompts)[0]
+    check_memory(run.cfg, len(tokens), tokens.shape[1], from_file=examples is not None)
     problem = build_problem(
         run.model(step), run.task, data, ablation, metric, prompts, examples=examples
     )

@@ -3,7 +3,6 @@ Procrustes), across activations, over training and across seeds."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import FlatformerError
+from ..limits import strict_json
 from .app import app, console, out
 
 
@@ -147,7 +147,7 @@ def geometry(
         if figures:
             write_figures(report, run / "geometry")
         if as_json:
-            print(json.dumps(report))
+            print(strict_json(report))
             return
         print_seeds(report)
         return
@@ -178,7 +178,7 @@ def geometry(
     if figures:
         write_figures(report, run / "geometry")
     if as_json:
-        print(json.dumps(report))
+        print(strict_json(report))
         return
     names, cka = report["activations"], np.asarray(report["linear_cka"])
     out.print(

@@ -163,6 +163,37 @@ def build_problem(
     return Problem(graph, tokens, index, target, corrupt, corrupt_target, refs, metric, ablation)
 
 
+def prompt_bytes(cfg, width: int) -> int:
+    """Peak bytes one prompt of `width` tokens adds, upper-bound-minded (measured within 1.5x
+    on the paper model and attn-only-2l): CHUNK variants of the graph's forward pass, each
+    keeping every sender's output and every head's q, k, v and attention row for each token
+    of the layers before the last (the last layer, and the logits, read one position)."""
+    d, H, dh, m, L = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp, cfg.n_layers
+    per_token = (2 + (L - 1) * (H + 1)) * d + (L - 1) * (H * (width + 3 * dh) + 2 * m)
+    last = (H + 1) * d + H * (width + 3 * dh) + 2 * m + 3 * cfg.vocab_out
+    return int(1.5 * 8 * CHUNK * (width * per_token + last))
+
+
+def check_memory(cfg, n_prompts: int, width: int, from_file: bool):
+    """Refuse, before the model reads the prompts, more than the machine's available memory
+    (train's measure of it), with the number of prompts that would fit."""
+    from .. import resources
+
+    per_prompt = prompt_bytes(cfg, width)
+    memory = resources.available_memory()
+    fit = max(0, ((memory or 0) - resources.BASE_MEMORY) // per_prompt)
+    hint = (
+        "not even one prompt fits: free some memory"
+        if not fit
+        else f"a prompts file of at most {fit:,} examples would fit"
+        if from_file
+        else f"--prompts {fit} would fit"
+    )
+    needed = resources.BASE_MEMORY + n_prompts * per_prompt
+    what = f"circuits on {n_prompts:,} prompts of {width} tokens"
+    resources.check_memory(needed, what, hint, memory)
+
+
 # ---- exact effects and path patching ------------------------------------------------------
 
 

@@ -8,11 +8,11 @@ rest is nanoGPT's conversion. The folder's own tokenizer comes along (`tokenizer
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import FlatformerError
-from . import nanogpt
+from ..limits import read_json
+from . import nanogpt, validate
 from .common import Imported, check_ln_eps, refuse, sha256, torch_state
 from .tokenizer import read_folder
 
@@ -26,10 +26,7 @@ ACT_FNS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_erf", 
 
 def read(folder: Path) -> Imported:
     folder = Path(folder)
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise FlatformerError(f"{folder}: no readable config.json ({exc})") from None
+    config = read_json(folder / "config.json", "GPT-2 config", 1_000_000)
     if not isinstance(config, dict):
         raise FlatformerError(f"{folder}/config.json is not an object")
     model_type = config.get("model_type", "gpt2")
@@ -38,7 +35,9 @@ def read(folder: Path) -> Imported:
     act = config.get("activation_function", "gelu_new")
     if act not in ACT_FNS:
         refuse("activation_function", act, f"the engine's activations are {', '.join(ACT_FNS)}")
-    check_ln_eps("layer_norm_epsilon", config.get("layer_norm_epsilon", 1e-5))
+    where = f"{folder}/config.json"
+    check_ln_eps("layer_norm_epsilon", config.get("layer_norm_epsilon", 1e-5), where)
+    sizes = validate.sizes(config, nanogpt.SIZE_FIELDS | {"n_ctx": "n_positions"}, where)
     for name, wanted in (
         ("scale_attn_weights", True),
         ("scale_attn_by_inverse_layer_idx", False),
@@ -48,12 +47,10 @@ def read(folder: Path) -> Imported:
             refuse(name, config[name], "attention scaled otherwise than by 1/sqrt(d_head)")
     if (folder / "model.safetensors").exists():
         source = folder / "model.safetensors"
-        from safetensors.numpy import load_file
-
-        state = load_file(source)
+        state = validate.read_safetensors(source)
     elif (folder / "pytorch_model.bin").exists():
         source = folder / "pytorch_model.bin"
-        state = torch_state(source)
+        state = validate.state_dict(torch_state(source), str(source))
     else:
         raise FlatformerError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
     state = {
@@ -61,22 +58,10 @@ def read(folder: Path) -> Imported:
         for k, v in state.items()
     }
     for k in list(state):
-        if k.endswith(CONV1D) and k.startswith("transformer.h."):
+        if k.endswith(CONV1D) and k.startswith("transformer.h.") and state[k].ndim == 2:
             state[k] = state[k].T
-    try:
-        d = int(config["n_embd"])
-        m = config.get("n_inner") or 4 * d
-        args = {
-            "n_embd": d,
-            "n_head": config["n_head"],
-            "n_layer": config["n_layer"],
-            "vocab_size": config["vocab_size"],
-            "block_size": config["n_positions"],
-            "bias": True,
-        }
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FlatformerError(f"{folder}/config.json lacks a GPT-2 size: {exc}") from None
-    imported = nanogpt.convert(args, state, act_fn=ACT_FNS[act], fmt="hf-gpt2")
+    m = config.get("n_inner") or 4 * sizes["d_model"]
+    imported = nanogpt.convert(sizes, True, state, act_fn=ACT_FNS[act], fmt="hf-gpt2")
     if imported.cfg.d_mlp != m:
         raise FlatformerError(f"{folder}: n_inner {m} but mlp.c_fc has {imported.cfg.d_mlp}")
     imported.provenance.update(source=str(source), sha256=sha256(source))

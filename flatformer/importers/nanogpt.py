@@ -14,9 +14,19 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import FlatformerError
+from . import validate
 from .common import Imported, as_array, sha256, torch_state
 
 PREFIX = "_orig_mod."
+# nanoGPT's model_args by the engine's size names.
+SIZE_FIELDS = {
+    "d_model": "n_embd",
+    "n_heads": "n_head",
+    "n_layers": "n_layer",
+    "d_vocab": "vocab_size",
+    "n_ctx": "block_size",
+}
+LABELS = {"nanogpt": "nanoGPT checkpoint", "hf-gpt2": "GPT-2 weights"}
 
 
 def read(path: Path) -> Imported:
@@ -31,44 +41,54 @@ def read(path: Path) -> Imported:
             f"{path}: not a nanoGPT checkpoint (no model_args and model); "
             "a TransformerLens state dict needs --config cfg.json"
         )
-    args, raw = checkpoint["model_args"], checkpoint["model"]
+    args = checkpoint["model_args"]
+    if not isinstance(args, dict):
+        raise FlatformerError(f"{path}: model_args is a {type(args).__name__}, not a mapping")
+    raw = validate.state_dict(checkpoint["model"], f"{path}: model")
     state = {(k[len(PREFIX) :] if k.startswith(PREFIX) else k): v for k, v in raw.items()}
-    return convert(args, state, source=path)
+    sizes = validate.sizes(args, SIZE_FIELDS, f"{path}: model_args")
+    bias = validate.flag(f"{path}: model_args", "bias", args.get("bias", True))
+    return convert(sizes, bias, state, source=path)
+
+
+def source_shapes(d: int, L: int, V: int, T: int, m: int, bias: bool) -> dict[str, tuple]:
+    """Every tensor the conversion reads, by nanoGPT's name, in nn.Linear's (out, in) layout."""
+    shapes = {"transformer.wte.weight": (V, d), "transformer.wpe.weight": (T, d)}
+    for i in range(L):
+        h = f"transformer.h.{i}."
+        parts = {
+            "ln_1": (d,), "ln_2": (d,), "attn.c_attn": (3 * d, d), "attn.c_proj": (d, d),
+            "mlp.c_fc": (m, d), "mlp.c_proj": (d, m),
+        }  # fmt: skip
+        for part, weight in parts.items():
+            shapes[h + part + ".weight"] = weight
+            if bias:
+                shapes[h + part + ".bias"] = (weight[0],)
+    shapes["transformer.ln_f.weight"] = (d,)
+    if bias:
+        shapes["transformer.ln_f.bias"] = (d,)
+    return shapes
 
 
 def convert(
-    args: dict,
+    sizes: dict,
+    bias: bool,
     state: dict,
     source: Path | None = None,
     act_fn: str = "gelu_erf",
     fmt: str = "nanogpt",
 ) -> Imported:
-    """nanoGPT's model_args and state dict (no prefix) as flatformer's config and tensors
-    (GPT-2's too, its Conv1D weights transposed to Linear's layout, with its tanh GELU)."""
-    try:
-        d, H, L = int(args["n_embd"]), int(args["n_head"]), int(args["n_layer"])
-        V, T = int(args["vocab_size"]), int(args["block_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FlatformerError(f"nanoGPT model_args lacks a size: {exc}") from None
-    bias = bool(args.get("bias", True))
-    if d % H:
-        raise FlatformerError(f"nanoGPT model_args: n_embd {d} is not a multiple of n_head {H}")
-    dh = d // H
-
-    def get(name):
-        if name not in state:
-            raise FlatformerError(f"nanoGPT checkpoint is missing tensor {name}")
-        return as_array(state[name])
-
-    filled, changes = [], []
-
-    def bias_of(name, size):
-        if bias:
-            return get(name)
-        filled.append(name)
-        return np.zeros(size, get("transformer.wte.weight").dtype)
-
-    m = get("transformer.h.0.mlp.c_fc.weight").shape[0]
+    """nanoGPT's checked sizes (`validate.sizes` of SIZE_FIELDS) and state dict (no prefix) as
+    flatformer's config and tensors (GPT-2's too, its Conv1D weights transposed to Linear's
+    layout, with its tanh GELU). Every tensor read is checked against the sizes first."""
+    label = LABELS[fmt]
+    d, H, L = sizes["d_model"], sizes["n_heads"], sizes["n_layers"]
+    V, T = sizes["d_vocab"], sizes["n_ctx"]
+    dh = validate.divides(label, "n_head", H, "n_embd", d)
+    fc = "transformer.h.0.mlp.c_fc.weight"
+    if fc not in state or np.ndim(state[fc]) != 2:
+        raise FlatformerError(f"{label}: {fc} is missing or not a matrix")
+    m = int(np.shape(state[fc])[0])
     cfg = ModelConfig(
         d_model=d,
         n_heads=H,
@@ -85,6 +105,25 @@ def convert(
         unembed_bias=False,
         ln_final=True,
     )
+    shapes = source_shapes(d, L, V, T, m, bias)
+    if "lm_head.weight" in state:
+        shapes["lm_head.weight"] = (V, d)
+    for name, shape in shapes.items():
+        if name not in state:
+            raise FlatformerError(f"{label} is missing tensor {name}")
+        validate.shape(name, state[name], shape, label)
+
+    def get(name):
+        return as_array(state[name], name)
+
+    filled, changes = [], []
+
+    def bias_of(name, size):
+        if bias:
+            return get(name)
+        filled.append(name)
+        return np.zeros(size, get("transformer.wte.weight").dtype)
+
     t = {
         "embed.W_E": get("transformer.wte.weight"),
         "pos_embed.W_pos": get("transformer.wpe.weight"),
@@ -117,11 +156,6 @@ def convert(
         t["unembed.W_U"] = t["embed.W_E"].T
         changes.append("lm_head.weight absent (tied): transformer.wte.weight copied")
     t = {k: np.ascontiguousarray(v) for k, v in t.items()}
-    for name, shape in cfg.param_shapes().items():
-        if t[name].shape != shape:
-            raise FlatformerError(
-                f"nanoGPT tensor for {name} has shape {t[name].shape}, model_args say {shape}"
-            )
     if filled:
         changes.append(f"bias=False: {len(filled)} zero biases filled in")
     provenance = {"format": fmt, "changes": changes}

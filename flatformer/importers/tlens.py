@@ -26,7 +26,7 @@ from ..config import ModelConfig
 from ..errors import FlatformerError
 from ..limits import read_json
 from ..transformer import Transformer
-from . import tl_source
+from . import tl_source, validate
 from .common import Imported, as_array, check_ln_eps, refuse, sha256, torch_state
 
 ACT_FNS = {"relu": "relu", "gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}
@@ -120,16 +120,9 @@ def read(path: Path, config_path: Path | None) -> Imported:
     if not isinstance(cfg_json, dict):
         raise FlatformerError(f"{config_path}: a TransformerLens config must be an object")
     if path.suffix == ".safetensors":
-        from safetensors.numpy import load_file
-
-        try:
-            state = load_file(path)
-        except Exception as exc:  # a header or size safetensors itself rejects
-            raise FlatformerError(f"{path}: not a readable safetensors file ({exc})") from None
+        state = validate.read_safetensors(path)
     else:
-        state = torch_state(path)
-    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
-        raise FlatformerError(f"{path}: not a state dict (a mapping from names to tensors)")
+        state = validate.state_dict(torch_state(path), str(path))
     try:
         imported = convert(cfg_json, state)
     except FlatformerError:
@@ -194,7 +187,7 @@ def legacy_names(state: dict, H: int, dh: int, conv1d: frozenset = frozenset()) 
     `conv1d` (of WRAPPED) in Conv1D's layout and every other weight in nn.Linear's."""
     out = {}
     for key, tensor in state.items():
-        t = as_array(tensor)
+        t = as_array(tensor, key)
         stem, _, leaf = key.rpartition(".")
         part = stem.rpartition(".")[2]
         linear = part not in conv1d
@@ -204,6 +197,8 @@ def legacy_names(state: dict, H: int, dh: int, conv1d: frozenset = frozenset()) 
             out[f"{stem}.{'w' if leaf == 'weight' else 'b'}"] = t
         elif part in ("q", "k", "v") and stem.endswith(".attn." + part):
             base = stem[: -len(part)]
+            rows = (H * dh, *np.shape(tensor)[1:2]) if leaf == "weight" else (H * dh,)
+            validate.shape(key, tensor, rows, "TransformerLens state dict")
             if leaf == "weight":
                 out[base + "W_" + part.upper()] = t.reshape(H, dh, -1).transpose(0, 2, 1)
             else:
@@ -234,12 +229,8 @@ def legacy_names(state: dict, H: int, dh: int, conv1d: frozenset = frozenset()) 
 
 def convert(c: dict, state: dict) -> Imported:
     check_fields(c)
-    try:
-        d, dh, L, T, V = (int(c[k]) for k in ("d_model", "d_head", "n_layers", "n_ctx", "d_vocab"))
-        H = int(c.get("n_heads", -1))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FlatformerError(f"TransformerLens config lacks a size: {exc}") from None
-    H = H if H > 0 else d // dh
+    c = {**c, **checked_sizes(c)}
+    dh, H = c["d_head"], c["n_heads"]
     scale = c.get("attn_scale", -1.0)
     # Relative to float32's rounding: configs written from float32 values round sqrt(d_head).
     if scale not in (None, -1, -1.0) and abs(float(scale) / math.sqrt(dh) - 1) > 1e-6:
@@ -247,9 +238,27 @@ def convert(c: dict, state: dict) -> Imported:
     state = {k: v for k, v in state.items() if not k.endswith(BUFFERS)}
     if "embed.weight" in state:
         return read_bridge(c, state, H, dh)
-    t = {k.replace("._W_", ".W_").replace("._b_", ".b_"): as_array(v) for k, v in state.items()}
+    t = {k.replace("._W_", ".W_").replace("._b_", ".b_"): as_array(v, k) for k, v in state.items()}
     cfg, tensors, changes = assemble(c, t, H)
     return Imported(cfg, tensors, None, {"format": "transformer-lens", "changes": changes})
+
+
+def checked_sizes(c: dict) -> dict:
+    """The config's sizes in `train`'s ranges, before anything is built from them: n_heads
+    absent or -1 is d_model / d_head, d_mlp and d_vocab_out absent (or None, or -1) are
+    taken from the weights and d_vocab."""
+    where = "TransformerLens config"
+    out = validate.sizes(
+        c, {k: k for k in ("d_model", "d_head", "n_layers", "n_ctx", "d_vocab")}, where
+    )
+    heads = c.get("n_heads", -1)
+    if heads in (None, -1):
+        heads = validate.divides(where, "d_head", out["d_head"], "d_model", out["d_model"])
+    out["n_heads"] = validate.size(where, "n_heads", heads, "n_heads")
+    for name, engine_name in (("d_mlp", "d_mlp"), ("d_vocab_out", "d_vocab")):
+        if c.get(name) not in (None, -1):
+            out[name] = validate.size(where, name, c[name], engine_name)
+    return out
 
 
 def read_bridge(c: dict, state: dict, H: int, dh: int) -> Imported:

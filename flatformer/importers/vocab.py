@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 from ..errors import FlatformerError
+from ..tasks.corpus import char_name
 
 MAX_BYTES = 16 << 20
 
@@ -36,11 +37,20 @@ def read_meta(path: Path) -> list[str]:
     itos = meta.get("itos") if isinstance(meta, dict) else None
     if (
         not isinstance(itos, dict)
+        or not all(type(i) is int for i in itos)  # mixed key types cannot even be sorted
         or sorted(itos) != list(range(len(itos)))
-        or not all(isinstance(c, str) for c in itos.values())
+        or not all(isinstance(c, str) and len(c) == 1 for c in itos.values())
     ):
-        raise FlatformerError(f"{path}: meta.pkl needs itos, a dict from ids 0..V-1 to strings")
+        raise FlatformerError(
+            f"{path}: meta.pkl needs itos, a dict from ids 0..V-1 to single characters"
+        )
     chars = [itos[i] for i in range(len(itos))]
-    if len(set(chars)) != len(chars):
-        raise FlatformerError(f"{path}: meta.pkl's itos repeats a character")
+    # The run shows whitespace by its visible name (a space as ␣): a character and the name
+    # of another would be one token twice, in a run no command could open.
+    shown = [char_name(c) for c in chars]
+    if len(set(shown)) != len(shown):
+        raise FlatformerError(
+            f"{path}: meta.pkl's itos repeats a character, or holds whitespace and its "
+            "visible name (␣ ⏎ ⇥) both"
+        )
     return chars

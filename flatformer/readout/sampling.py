@@ -41,11 +41,19 @@ def distribution(
     the mass on the argmax."""
     check_settings(temperature, top_k, top_p)
     logits = np.asarray(logits, dtype=float)
+    if not np.isfinite(logits).all():
+        raise FlatformerError(
+            "the model's next-token logits are not finite (its weights are so large that the "
+            "forward pass overflows): there is no distribution to sample from"
+        )
     if temperature == 0:
         probs = np.zeros_like(logits)
         probs[int(np.argmax(logits))] = 1.0
         return probs
-    probs = softmax(logits / temperature)
+    scaled = logits / temperature
+    if not np.isfinite(scaled).all():  # a tiny temperature: the same softmax, shifted first
+        scaled = (logits - logits.max()) / temperature
+    probs = softmax(scaled)
     order = np.argsort(-logits, kind="stable")  # likeliest first; ties: lower index first
     keep = np.ones(len(probs), dtype=bool)
     if top_k is not None and top_k < len(probs):

@@ -25,8 +25,15 @@ RDMS = {"correlation": correlation_rdm, "euclidean": euclidean_rdm}
 
 
 def _informative(reps: dict) -> dict:
-    """Drop activations with no variance over the stimuli (nothing to compare)."""
-    return {k: v for k, v in reps.items() if np.ptp(v, axis=0).max() > 1e-12}
+    """Drop activations with no variance over the stimuli (nothing to compare); none left is
+    refused, not reported as empty matrices and NaN."""
+    kept = {k: v for k, v in reps.items() if np.ptp(v, axis=0).max() > 1e-12}
+    if not kept:
+        raise FlatformerError(
+            "no activation varies over these stimuli (they read alike): nothing to compare; "
+            "give --stimuli prompts that differ where they are read"
+        )
+    return kept
 
 
 def activation_matrix(reps: dict, measure=linear_cka) -> tuple[list[str], np.ndarray]:

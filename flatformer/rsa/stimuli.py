@@ -23,8 +23,12 @@ def stimuli(run, prompts: list[list[int]] | None = None):
     held-out rule windows read at the rule position, or `prompts`, read at their last token."""
     cfg, vocab = run.cfg, run.vocab
     if prompts is not None:
-        if len(prompts) < 3:
-            raise FlatformerError(f"--stimuli needs at least 3 prompts, got {len(prompts)}")
+        distinct = len({tuple(p) for p in prompts})
+        if distinct < 3:  # fewer points than that make every RDM and CKA a measure of nothing
+            raise FlatformerError(
+                f"--stimuli needs at least 3 different prompts, got {len(prompts)} "
+                f"({distinct} different)"
+            )
         width = max(len(p) for p in prompts)
         tokens = np.zeros((len(prompts), width), np.int64)
         for k, p in enumerate(prompts):

@@ -77,8 +77,11 @@ class ImportedTask(Task):
             raise FlatformerError("imported task: its held-out text must be a string")
         try:
             tokens = self.encode(text)
-        except FlatformerError as exc:
-            raise FlatformerError(f"the held-out text: {exc}") from None
+        except FlatformerError:  # not quoted: the file may be one never meant to be shown
+            raise FlatformerError(
+                "the held-out text holds a token outside the model's vocabulary: is it a text "
+                "in this model's vocabulary?"
+            ) from None
         # The held-out set keeps a (tokens, V) table of allowed next tokens: bound its size.
         tokens = tokens[-min(MAX_TEXT_TOKENS, MAX_TABLE // len(self.vocab)) :]
         if n_ctx is not None and len(tokens) <= n_ctx:
