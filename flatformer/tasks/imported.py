@@ -78,9 +78,13 @@ class ImportedTask(Task):
         try:
             tokens = self.encode(text)
         except FlatformerError:  # not quoted: the file may be one never meant to be shown
+            form = {
+                "ids": f"ids 0 to {len(self.vocab) - 1} separated by spaces",
+                "char": f"the {len(self.vocab)} characters of its meta.pkl",
+            }.get(self.tokenizer, "its tokenizer's pieces")
             raise FlatformerError(
                 "the held-out text holds a token outside the model's vocabulary: is it a text "
-                "in this model's vocabulary?"
+                f"in this model's vocabulary ({form})?"
             ) from None
         # The held-out set keeps a (tokens, V) table of allowed next tokens: bound its size.
         tokens = tokens[-min(MAX_TEXT_TOKENS, MAX_TABLE // len(self.vocab)) :]
