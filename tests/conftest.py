@@ -82,6 +82,9 @@ SLOW_TESTS = {
         "test_against_itself_equals_its_own_cka_and_hdf5_export_reads_back",
     },
     "test_grokking": {"test_the_explorer_colours_numbers_by_their_key_phase"},
+    "test_linking": {
+        "test_after_training_numba_is_numbas_own_and_a_users_kernel_compiles_as_without_flatformer"
+    },
     "test_playground": {"test_playground_command_writes_one_offline_page"},
     "test_tasks": {"test_analyze_default_prompts_cover_an_ordered_held_out_set"},
 }
