@@ -41,12 +41,9 @@ def train_info(trainer) -> str:
 
 
 def compile_notice() -> str:
-    from .engine.kernels import compile_seconds
+    from .engine.kernels import compile_estimate
 
-    return (
-        f"compiling the engine, once (~{compile_seconds()} s; later runs start at once "
-        f"from numba's cache)..."
-    )
+    return f"compiling the engine, once ({compile_estimate()}; later runs start warm)..."
 
 
 def train_job(job, resume: bool = False, progress: Progress = quiet):

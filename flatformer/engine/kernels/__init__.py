@@ -21,7 +21,7 @@ bias. Anything else (`supports` says) trains on
 the NumPy engine.
 
 The package, bottom up: `tensors` (which models, where each tensor lies), `linking` (how numba
-links a kernel to its callees), `intrinsics` (the bits numba lacks, the exponential, the
+links these kernels, and no others, to their callees), `intrinsics` (the bits numba lacks, the exponential, the
 compile options), `primitives` (linear maps, LayerNorm),
 `attention`, `mlp`, `passes` (one seed's buffers, forward, loss, backward), `entries` (the
 compiled kernels Python calls) and `drivers` (their Python side: arrays, threads).
@@ -33,7 +33,7 @@ from .drivers import (
     WINDOWS_PER_PASS,
     cold,
     compile_beside,
-    compile_seconds,
+    compile_estimate,
     evaluate,
     groups,
     logits_at,
@@ -55,7 +55,7 @@ __all__ = [
     "WINDOWS_PER_PASS",
     "cold",
     "compile_beside",
-    "compile_seconds",
+    "compile_estimate",
     "evaluate",
     "groups",
     "layout",

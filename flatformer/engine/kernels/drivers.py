@@ -21,10 +21,12 @@ if numba is not None:
     from .intrinsics import in_cache
 
 
-def compile_seconds() -> int:
-    """About how long a cold start compiles on an idle machine (bench/first_run.py measures it):
-    with two cores, training's kernel compiles beside the evaluation's (compile_beside)."""
-    return 15 if threads() >= 2 else 25
+def compile_estimate() -> str:
+    """About how long a cold start compiles, in words: an estimate, not one machine's seconds
+    (bench/first_run.py measures it; machines differ by two times and more). With two cores,
+    training's kernel compiles beside the evaluation's (compile_beside): on one, about twice
+    as long."""
+    return "usually under half a minute" if threads() >= 2 else "usually under a minute"
 
 
 def cold() -> bool:

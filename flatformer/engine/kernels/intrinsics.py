@@ -13,9 +13,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .linking import optimise_once
-
-optimise_once()  # before any kernel compiles
+from .linking import OPTIONS as LINKING
 
 
 # error_model="numpy": a division by zero gives inf or NaN as IEEE says, where numba's
@@ -78,11 +76,12 @@ def unliteral(dispatcher):
 
 def njit(*args, **options):
     """numba.njit, its cache (with cache=True) stamped with the whole package (package_stamp),
-    and compiled once for its argument types rather than once per constant a caller passes
-    (`unliteral`; not for kernels inlined where they are called)."""
+    compiled once for its argument types rather than once per constant a caller passes
+    (`unliteral`; not for kernels inlined where they are called), and its large callees linked
+    in after it is optimised (linking.py)."""
 
     def wrap(function):
-        dispatcher = numba_njit(**options)(function)
+        dispatcher = numba_njit(**LINKING, **options)(function)
         cache = getattr(dispatcher, "_cache", None)
         if options.get("cache") and hasattr(getattr(cache, "_cache_file", None), "_source_stamp"):
             cache._cache_file._source_stamp = STAMP

@@ -12,17 +12,18 @@ inlining (numba's allocator, np.empty, NRT's: left out too, a paper-2d step is s
 its large callees are linked in after, as they are.
 
 What a kernel computes does not change, only how much of the linked code LLVM optimises again;
-a large callee's code is now the one its own compile made, whoever calls it. The change holds
-for every numba kernel in a process that imports the engine's kernels, flatformer's or not.
-numba's internals move between releases: where the method this replaces is not the one it was
-written against, numba's own is kept.
+a large callee's code is now the one its own compile made, whoever calls it. Only this
+package's kernels are built so (`OPTIONS`, numba's public `pipeline_class` option): numba itself
+is not touched, and any other numba kernel in the process compiles as it would without
+flatformer. numba's internals move between releases: where the method this rewrites is not the
+one it was written against, the kernels compile as numba's own do.
 """
 
 from __future__ import annotations
 
 import inspect
 
-from numba.core import codegen
+from numba.core import codegen, compiler
 
 # Instructions of a callee's optimised module at most, for it to be optimised again with its
 # caller: numba's own helpers (the allocator, np.empty, NRT's) have under 80, the engine's
@@ -46,34 +47,52 @@ def small(module) -> bool:
     return True
 
 
-def finalize(self):
-    """numba's CPUCodeLibrary.finalize, the large linked modules added after optimisation."""
-    codegen.require_global_compiler_lock()
-    self._codegen._check_llvm_bugs()
-    self._raise_if_finalized()
-    seen, large = set(), []
-    for library in self._linking_libraries:
-        if library in seen:
-            continue
-        seen.add(library)
-        self._reload_init.update(library._reload_init)
-        module = library._get_module_for_linking()
-        if small(module):
+class Library(codegen.JITCodeLibrary):
+    """numba's library of one JIT-compiled kernel, its large linked modules added after
+    optimisation."""
+
+    def finalize(self):
+        """numba's CPUCodeLibrary.finalize, the large linked modules linked in after
+        `_optimize_final_module` rather than before."""
+        codegen.require_global_compiler_lock()
+        self._codegen._check_llvm_bugs()
+        self._raise_if_finalized()
+        seen, large = set(), []
+        for library in self._linking_libraries:
+            if library in seen:
+                continue
+            seen.add(library)
+            self._reload_init.update(library._reload_init)
+            module = library._get_module_for_linking()
+            if small(module):
+                self._final_module.link_in(module, preserve=True)
+            else:
+                large.append(module)
+        self._optimize_final_module()
+        for module in large:
             self._final_module.link_in(module, preserve=True)
-        else:
-            large.append(module)
-    self._optimize_final_module()
-    for module in large:
-        self._final_module.link_in(module, preserve=True)
-    self._final_module.verify()
-    self._finalize_final_module()
+        self._final_module.verify()
+        self._finalize_final_module()
+
+
+class Compiler(compiler.Compiler):
+    """numba's compiler, the kernel's code put in a `Library`, where numba would create a plain
+    one (its lowering pass creates a library only when the compile was given none)."""
+
+    def compile_extra(self, func):
+        state = self.state
+        target = state.targetctx.codegen()
+        if state.library is None and target._library_class is codegen.JITCodeLibrary:
+            state.library = Library(target, func.__qualname__)
+            state.library.enable_object_caching()  # as numba's lowering does: for its cache
+        return super().compile_extra(func)
 
 
 def numba_finalize_known() -> bool:
-    """Whether numba's CPUCodeLibrary.finalize is the one `finalize` rewrites: it links, then
-    optimises, then finalises, with the private names used here."""
+    """Whether numba's finalize of a JIT library is the one `Library.finalize` rewrites: it
+    links, then optimises, then finalises, with the private names used here."""
     try:
-        source = inspect.getsource(codegen.CPUCodeLibrary.finalize)
+        source = inspect.getsource(codegen.JITCodeLibrary.finalize)
     except (OSError, TypeError):
         return False
     steps = (
@@ -86,7 +105,6 @@ def numba_finalize_known() -> bool:
     return known and hasattr(codegen, "require_global_compiler_lock")
 
 
-def optimise_once():
-    """Install `finalize` in numba, once per process, where numba's own is the known one."""
-    if codegen.CPUCodeLibrary.finalize is not finalize and numba_finalize_known():
-        codegen.CPUCodeLibrary.finalize = finalize
+# The options that give a kernel this linking (for numba.njit), none where numba's finalize is not
+# the known one.
+OPTIONS = {"pipeline_class": Compiler} if numba_finalize_known() else {}
