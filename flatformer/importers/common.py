@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..config import LN_EPS, ModelConfig
+from ..config import LN_EPS, MAX_PARAMS, ModelConfig
 from ..errors import FlatformerError
+from ..store import read
 
 
 @dataclass
@@ -23,12 +24,13 @@ class Imported:
     provenance: dict = field(default_factory=dict)
 
 
+# Weights and two optimizer moments of the largest model the engine takes, in float64 (a
+# nanoGPT ckpt.pt holds AdamW's moments beside the weights), with room for the rest.
+MAX_SOURCE_BYTES = 3 * 8 * MAX_PARAMS + (64 << 20)
+
+
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return read.sha256(path, "source", MAX_SOURCE_BYTES)
 
 
 def refuse(field_name: str, value, what: str):
@@ -51,8 +53,9 @@ def torch_state(path: Path) -> dict:
         raise FlatformerError(
             f"{path}: reading a PyTorch file needs torch: pip install 'flatformer[torch]'"
         ) from None
+    data = read.read_bytes(path, "PyTorch file", MAX_SOURCE_BYTES)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # weights_only refuses any object it would have to construct
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FlatformerError(

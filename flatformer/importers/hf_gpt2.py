@@ -8,23 +8,22 @@ rest is nanoGPT's conversion.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import FlatformerError
+from ..store.read import read_bytes, read_json
 from ..tasks.corpus import char_name
 from . import nanogpt
-from .common import Imported, check_ln_eps, refuse, sha256, torch_state
+from .common import MAX_SOURCE_BYTES, Imported, check_ln_eps, refuse, sha256, torch_state
 
+MAX_JSON_BYTES = 1 << 20  # a GPT-2 config.json is about 1 kB
+MAX_TOKENIZER_BYTES = 64 << 20  # GPT-2's tokenizer.json is 1.4 MB
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
 def read(folder: Path) -> Imported:
     folder = Path(folder)
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise FlatformerError(f"{folder}: no readable config.json ({exc})") from None
+    config = read_json(folder / "config.json", "Hugging Face config", MAX_JSON_BYTES)
     if not isinstance(config, dict):
         raise FlatformerError(f"{folder}/config.json is not an object")
     model_type = config.get("model_type", "gpt2")
@@ -43,9 +42,7 @@ def read(folder: Path) -> Imported:
             refuse(name, config[name], "attention scaled otherwise than by 1/sqrt(d_head)")
     if (folder / "model.safetensors").exists():
         source = folder / "model.safetensors"
-        from safetensors.numpy import load_file
-
-        state = load_file(source)
+        state = read_safetensors(source)
     elif (folder / "pytorch_model.bin").exists():
         source = folder / "pytorch_model.bin"
         state = torch_state(source)
@@ -92,10 +89,11 @@ def token_names(folder: Path, V: int) -> tuple[list[str] | None, int]:
     path = folder / "tokenizer.json"
     if not path.exists():
         return None, 0
+    tokenizer = read_json(path, "tokenizer", MAX_TOKENIZER_BYTES)
     try:
-        vocab = json.loads(path.read_text(encoding="utf-8"))["model"]["vocab"]
+        vocab = tokenizer["model"]["vocab"]
         names = {int(i): str(t) for t, i in vocab.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise FlatformerError(f"{path}: no model.vocab mapping tokens to ids") from None
     if sorted(names) != list(range(V)) or len(set(names.values())) != V:
         raise FlatformerError(f"{path}: its vocabulary does not name the model's {V} ids once each")
@@ -105,3 +103,14 @@ def token_names(folder: Path, V: int) -> tuple[list[str] | None, int]:
             f"{path}: an empty token, or two tokens alike once whitespace is shown (␣ ⏎ ⇥)"
         )
     return shown, sum(a != names[i] for i, a in enumerate(shown))
+
+
+def read_safetensors(path: Path) -> dict:
+    """model.safetensors read whole through the store's reader (regular, size-checked)."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load
+
+    try:
+        return load(read_bytes(path, "weights", MAX_SOURCE_BYTES))
+    except (SafetensorError, ValueError) as exc:
+        raise FlatformerError(f"{path}: not a readable safetensors file ({exc})") from None
