@@ -52,8 +52,7 @@ def load_recordings(path: Path, n_stimuli: int) -> np.ndarray:
                     f"--data {path}: {len(arrays)} variables and none named 'data'"
                 )
         elif path.suffix == ".csv":
-            text = read.text_stream(path, "--data", MAX_FILE_BYTES)
-            x = np.loadtxt(text, delimiter=",", ndmin=2)
+            x = np.loadtxt(read.text_stream(path, "--data", MAX_FILE_BYTES), delimiter=",", ndmin=2)
         else:
             raise FlatformerError(f"--data takes .npy, .npz, .mat or .csv, got {path.name}")
         x = np.asarray(x, dtype=np.float64)
