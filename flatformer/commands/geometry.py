@@ -35,11 +35,17 @@ def read_prompts(path: Path, vocab: list[str]) -> list[list[int]]:
     return prompts
 
 
-def write_figures(report: dict, folder: Path):
-    from ..figures.rsa import write_figures as draw
+def claim_figures(folder: Path) -> Path:
+    """RUN/geometry, ours to draw into: new, or holding only figures (never a link)."""
     from ..store.write import claim_folder, holds_only
 
-    claim_folder(folder, "geometry folder", holds_only(".png"))  # not through a link
+    return claim_folder(folder, "geometry folder", holds_only(".png"))
+
+
+def write_figures(report: dict, folder: Path):
+    from ..figures.rsa import write_figures as draw
+
+    claim_figures(folder)  # again: the report took a while
     with console.status("geometry: figures"):
         paths = draw(report, folder)
     console.print(f"geometry: {len(paths)} figures in {folder}")
@@ -155,6 +161,8 @@ def geometry(
         from ..store.write import output_file
 
         output_file(export, "--export")
+    if figures:
+        claim_figures(run / "geometry")
     if noise not in NOISE_METHODS:
         raise FlatformerError(f"--noise must be one of {', '.join(NOISE_METHODS)}, got {noise!r}")
     if seeds:
