@@ -1,4 +1,4 @@
-"""The checkpoint format, written and read here only: checkpoints/step_XXXXXX.safetensors, each
+"""The checkpoint format, written and read here only (where the files lie: store/layout.py), each
 one seed's weights under their TransformerLens names (float64, whatever the training dtype)
 and its optimizer state under "optim." (AdamW's moments, its step count, the candidate init it
 came from, the running training loss), for --resume. Safetensors: loading one never executes
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-import re
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -22,21 +22,12 @@ from safetensors.numpy import save as st_save
 from .config import MAX_PARAMS, ModelConfig
 from .engine.model import Params
 from .errors import FlatformerError
-from .limits import read_bytes
+from .store.read import open_regular
 
-CHECKPOINT = re.compile(r"^step_(\d{6,})\.safetensors$")
 # Weights and two optimizer moments of the largest model the config allows, with room for the
 # header and counters: a bigger file is refused before it is read.
 MAX_CHECKPOINT_BYTES = 3 * 8 * MAX_PARAMS + 2**20
 MAX_HEADER_BYTES = 2**20
-
-
-def checkpoint_name(step: int) -> str:
-    return f"step_{step:06d}.safetensors"
-
-
-def checkpoint_path(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / checkpoint_name(step)
 
 
 def checkpoint_bytes(
@@ -76,28 +67,25 @@ class CheckpointLayout:
 
 def read_checkpoint(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(weights, optimizer state) from a checkpoint file, with one-line errors for bad files.
-    Sizes are checked before anything is read whole: the file against the largest model there
-    can be, the header's length (its first 8 bytes) against the file."""
+    The file's size is checked against the largest model there can be before it is read, the
+    header's length (its first 8 bytes) against the file before it is parsed."""
     path = Path(path)
-    if path.is_symlink() or not path.is_file():
+    if path.is_symlink() or not path.is_file():  # a run's checkpoints are its own files
         raise FlatformerError(f"checkpoint {path} does not exist or is not a regular file")
-    size = path.stat().st_size
-    if size > MAX_CHECKPOINT_BYTES:
-        raise FlatformerError(
-            f"checkpoint {path} is {size:,} bytes, more than the largest model "
-            f"flatformer makes ({MAX_CHECKPOINT_BYTES:,})"
-        )
-    with open(path, "rb") as f:
+    with open_regular(path, "checkpoint", MAX_CHECKPOINT_BYTES) as f:
+        size = os.fstat(f.fileno()).st_size
         head = f.read(8)
-    header = int.from_bytes(head, "little") if len(head) == 8 else -1
-    if not 0 < header <= min(size - 8, MAX_HEADER_BYTES):
-        raise FlatformerError(
-            f"checkpoint {path} is not a readable safetensors file "
-            f"(truncated or corrupt?): its header length field says "
-            f"{header:,} bytes in a {size:,}-byte file"
-        )
+        header = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < header <= min(size - 8, MAX_HEADER_BYTES):
+            raise FlatformerError(
+                f"checkpoint {path} is not a readable safetensors file "
+                f"(truncated or corrupt?): its header length field says "
+                f"{header:,} bytes in a {size:,}-byte file"
+            )
+        f.seek(0)
+        data = f.read(size)
     try:
-        data = st_load(read_bytes(path, "checkpoint", MAX_CHECKPOINT_BYTES))
+        data = st_load(data)
     except (SafetensorError, ValueError, OSError) as exc:
         raise FlatformerError(
             f"checkpoint {path} is not a readable safetensors file "

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import FlatformerError
-from .limits import MAX_SEED, MAX_SEEDS, output_folder, whole
+from .limits import MAX_SEED, MAX_SEEDS, whole
+from .store.layout import seed_folder
+from .store.write import output_folder
 from .suggest import did_you_mean
 
 if TYPE_CHECKING:
@@ -207,7 +209,7 @@ class JobSpec:
         output_folder(out_dir, "--out")
         if self.seeds:
             seed_list = list(self.seeds)
-            dirs = [Path(out_dir) / f"seed_{s}" for s in seed_list]
+            dirs = [seed_folder(out_dir, s) for s in seed_list]
         else:
             seed_list, dirs = [self.seed], [Path(out_dir)]
         extra = {"preset": preset_name, "recipe_name": recipe_name, **task.config_extra()}

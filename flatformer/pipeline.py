@@ -106,7 +106,7 @@ def save(fig, path: Path, fmt: str):
 
     from .figures.panels import RC
     from .figures.style import DPI
-    from .runs import atomic_write
+    from .store.write import atomic_write
 
     buffer = io.BytesIO()
     with matplotlib.rc_context(RC):  # vector text settings apply when the file is written
@@ -149,7 +149,9 @@ def draw_suite(
     import multiprocessing
 
     from .figures import FigureContext, NotInPlane, figures_for
-    from .runs import OUTPUT_SUFFIXES, claim_folder, holds_only, load_run
+    from .runs import load_run
+    from .store.layout import figures_folder
+    from .store.write import OUTPUT_SUFFIXES, claim_folder, holds_only, make_folder
 
     figure_files = holds_only(*OUTPUT_SUFFIXES)
     if out_dir:
@@ -159,9 +161,9 @@ def draw_suite(
     check_figures_memory(run.cfg, jobs, ctx.resolution)
     registry = figures_for(run.task)
     names = select(list(registry), only)
-    folder = Path(out_dir) if out_dir else run.path / "figures" / f"step_{ctx.step:06d}"
-    claim_folder(folder, "--out" if out_dir else "figure folder", figure_files)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(out_dir) if out_dir else figures_folder(run.path, ctx.step)
+    what = "--out" if out_dir else "figure folder"
+    make_folder(claim_folder(folder, what, figure_files), what)
     # Shared computations happen once, before any fork, so workers inherit them.
     ctx.trace, ctx.projections, ctx.embeddings, ctx.limits
     try:
@@ -236,7 +238,8 @@ def write_movies(
         raise FlatformerError(f"--fps must be between 1 and {MAX_FPS}, got {fps}")
     processes("--workers", workers)
     from . import movies as mv
-    from .runs import OUTPUT_SUFFIXES, claim_folder, holds_only, load_run
+    from .runs import load_run
+    from .store.write import OUTPUT_SUFFIXES, claim_folder, holds_only
 
     movie_files = holds_only(*OUTPUT_SUFFIXES)  # a killed render's .NAME.partJ files included
     if out_dir:
@@ -310,7 +313,7 @@ def write_explorer(run, path: Path, progress: Progress = quiet) -> Path:
     """The run's live explorer page, written to `path`."""
     from .explorer.export import export_run
     from .explorer.page import page_html
-    from .runs import atomic_write
+    from .store.write import atomic_write
 
     progress("explorer", 0, 1, "exporting every checkpoint")
     atomic_write(Path(path), page_html(export_run(run)).encode("utf-8"))
@@ -322,7 +325,7 @@ def write_analysis(run, path: Path, progress: Progress = quiet) -> dict:
     """The measured analysis of the run's last checkpoint (`analysis.report.analyze`), written
     to `path` as JSON; returns it."""
     from .analysis.report import analyze
-    from .runs import atomic_write
+    from .store.write import atomic_write
 
     progress("analysis", 0, 1, "interventions, lenses, circuits and the algorithm")
     analysis = analyze(run)

@@ -11,12 +11,11 @@ written as "corrupt_target" (required with "corrupt").
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
 from .errors import FlatformerError
-from .limits import read_text
+from .store.read import parse_json, read_text
 from .tasks.base import cut
 
 MAX_BYTES = 10_000_000
@@ -85,10 +84,7 @@ def read_examples(path, task, n_ctx: int):
     for n, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
-        try:
-            row = json.loads(raw)
-        except ValueError as exc:
-            raise FlatformerError(f"prompts line {n}: not JSON ({exc.msg})") from None
+        row = parse_json(raw, f"prompts line {n}")  # nesting counted first: no RecursionError
         if not isinstance(row, dict) or "prompt" not in row or "target" not in row:
             raise FlatformerError(f'prompts line {n}: needs an object with "prompt" and "target"')
         extra = set(row) - {"prompt", "target", "corrupt", "corrupt_target"}

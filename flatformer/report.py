@@ -133,9 +133,13 @@ def circuit_html(found: dict) -> str:
 def _png_size(path: Path) -> tuple[int, int] | None:
     """A PNG's width and height from its header (the page reserves their space before the
     lazily loaded image arrives); None when it is not a PNG."""
+    from .errors import FlatformerError
+    from .store.read import open_regular
+
     try:
-        head = Path(path).read_bytes()[:24]
-    except OSError:
+        with open_regular(path, "figure", 1 << 30) as f:  # one we just drew
+            head = f.read(24)
+    except FlatformerError:
         return None
     if head[:8] != b"\x89PNG\r\n\x1a\n":
         return None
@@ -151,7 +155,7 @@ def write_posters(movies: list[Path]) -> None:
     import imageio.v2 as imageio
     from PIL import Image
 
-    from .runs import atomic_write
+    from .store.write import atomic_write
 
     for movie in movies:
         reader = imageio.get_reader(movie)
@@ -422,7 +426,7 @@ def render(report: Report, folder: Path) -> str:
 
 
 def write_report(report: Report, path: Path) -> Path:
-    from .runs import atomic_write
+    from .store.write import atomic_write
 
     path = Path(path)
     write_posters(report.movies)

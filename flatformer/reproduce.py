@@ -4,7 +4,6 @@ prints nothing and imports nothing from the command layer; `commands/reproduce.p
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -28,25 +27,25 @@ STAGES = ["train", "figures", "movies", "explorer", "analysis", "report"]
 def prepare_folder(out_dir: Path, wanted: dict, force: bool) -> bool:
     """True when `out_dir` already holds this very run (resume it); refuses a different run
     unless `force`, which clears it."""
-    config = Path(out_dir) / "run" / "config.json"
-    if not config.exists():
-        if Path(out_dir).exists() and any(Path(out_dir).iterdir()) and not force:
+    from .store.run import has_run, holds_config
+    from .store.write import refuse_links
+
+    run = Path(out_dir) / "run"
+    if not has_run(run):
+        if Path(out_dir).is_dir() and any(Path(out_dir).iterdir()) and not force:
             raise FlatformerError(
                 f"{out_dir} is not empty and holds no flatformer run; pass "
                 f"--force to write into it or choose another --out"
             )
         return False
-    try:
-        same = json.loads(config.read_text()) == wanted
-    except json.JSONDecodeError:
-        same = False
-    if same:
+    if holds_config(run, wanted):
         return True
     if not force:
         raise FlatformerError(
             f"{out_dir} holds a different run; pass --force to replace it or choose another --out"
         )
-    shutil.rmtree(Path(out_dir) / "run")  # only what reproduce wrote: other files stay
+    refuse_links(run)  # removed below: never what a link points to
+    shutil.rmtree(run)  # only what reproduce wrote: other files stay
     for name in ("analysis.json", "report.html"):
         (Path(out_dir) / name).unlink(missing_ok=True)
     return False

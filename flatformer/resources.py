@@ -16,6 +16,7 @@ from pathlib import Path
 from .data import VAL_WINDOWS
 from .errors import FlatformerError
 from .evaluate import CHUNK, GROUP
+from .store.layout import checkpoint_steps
 
 BASE_MEMORY = 200 * 2**20  # the interpreter, NumPy and the task's data
 # train.MAX_MEMBERS and train.CHUNK (train imports this module, so they cannot be read from
@@ -87,9 +88,7 @@ def estimate(job, batch: int | None = None) -> Needs:
     per_seed = r.steps // r.checkpoint_every + 1 + (r.steps % r.checkpoint_every > 0)
     count = 0
     for out in job.out_dirs:
-        folder = Path(out) / "checkpoints"  # glob of a missing folder finds nothing
-        names = [p.name[5:-12] for p in folder.glob("step_*.safetensors")]
-        count += per_seed - sum(is_checkpoint_step(r, int(n)) for n in names if n.isdigit())
+        count += per_seed - sum(is_checkpoint_step(r, s) for s in checkpoint_steps(out))
     metrics = (job.recipe.steps // job.recipe.eval_every + 2) * 200 * len(job.out_dirs)
     return Needs(
         memory_needed(job.cfg, job.recipe, len(job.seeds), batch),

@@ -1,18 +1,16 @@
 """The batched trainer: every seed (and each seed's candidate inits) in lockstep, one NumPy
 program, on the engine its job chose (engine/select.py). What it trains is a `jobs.Job`, how
-a `recipes.Recipe`; it writes run folders (runs.py) of checkpoints (checkpoints.py)."""
+a `recipes.Recipe`; it writes run folders (store/) of checkpoints (checkpoints.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from .checkpoints import Snapshot, check_optim, checkpoint_layout, checkpoint_name
-from .checkpoints import checkpoint_path, read_checkpoint
+from .checkpoints import Snapshot, checkpoint_layout, read_checkpoint
 from .data import TaskData
 from .engine import kernels
 from .engine.model import Params, backward, cross_entropy, forward, init_params, keep_freed_memory
@@ -20,19 +18,13 @@ from .engine.optim import AdamW
 from .errors import FlatformerError
 from .evaluate import check_indices, evaluate
 from .jobs import Job
-from .limits import parse_json, read_text
-from .lock import hold_all
 from .recipes import RECIPES, Recipe, get_recipe
 from .resources import check_fits
-from .runs import (
-    MAX_CONFIG_BYTES,
-    WriteFailed,
-    append_write,
-    atomic_write,
-    claim_folder,
-    read_metrics,
-    remove_temporaries,
-)
+from .runs import read_metrics
+from .store.layout import CHECKPOINTS, METRICS, checkpoint_name, checkpoint_path
+from .store.lock import hold_all
+from .store.run import resume_step, start_run
+from .store.write import WriteFailed, append_write, atomic_write, claim_folder
 
 # Kept importable from here, where scripts, tests and the notebook import them.
 __all__ = ["RECIPES", "Diverged", "Job", "Recipe", "Snapshot", "Trainer", "get_recipe", "train"]
@@ -87,8 +79,8 @@ class Trainer:
         self.written: list[int | None] = [None] * len(self.members)
         # Each seed's metrics file and checkpoints folder (strings: the checkpoints of 64 seeds
         # are 13,000 files, and pathlib cost a tenth of the run's time).
-        self.metrics_files = [f"{out}/metrics.jsonl" for out in job.out_dirs]
-        self.folders = [f"{out}/checkpoints/" for out in job.out_dirs]
+        self.metrics_files = [f"{out}/{METRICS}" for out in job.out_dirs]
+        self.folders = [f"{out}/{CHECKPOINTS}/" for out in job.out_dirs]
         # While the candidates are tried, evaluations and checkpoints wait for the choice:
         # step -> (snapshot, training loss since the last evaluation or None, row due).
         self.waiting: dict[int, tuple[Snapshot, np.ndarray | None, bool]] = {}
@@ -341,61 +333,12 @@ class Trainer:
 
 
 def prepare_dirs(job: Job, resume: bool) -> int | None:
-    """Create run folders; with `resume`, the step to resume from (None: start afresh)."""
+    """Make each seed's run folder; with `resume`, the step to resume from (None: afresh)."""
     for out in job.out_dirs:  # every folder checked before the first is written
         claim_folder(out, "--out")
     for seed, out in zip(job.seeds, job.out_dirs):
-        out = Path(out)
-        config_file = out / "config.json"
-        wanted = job.run_config(seed)
-        if config_file.exists():
-            try:
-                have = parse_json(read_text(config_file, "run config", MAX_CONFIG_BYTES), "")
-            except FlatformerError:
-                have = None
-            if have != wanted:
-                raise FlatformerError(
-                    f"{out} holds a different run; choose another --out or delete it"
-                )
-            if not resume and (
-                any((out / "checkpoints").glob("step_*.safetensors"))
-                or (out / "metrics.jsonl").exists()
-            ):
-                raise FlatformerError(
-                    f"{out} already holds this run; pass --resume to continue "
-                    f"it or choose another --out"
-                )
-        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-        for folder in (out, out / "checkpoints"):
-            remove_temporaries(folder)
-        atomic_write(config_file, (json.dumps(wanted, indent=2) + "\n").encode())
-    if not resume:
-        return None
-    common = None
-    for out in job.out_dirs:
-        steps = {
-            int(p.stem[5:])
-            for p in (Path(out) / "checkpoints").glob("step_*.safetensors")
-            if p.stem[5:].isascii() and p.stem[5:].isdigit() and int(p.stem[5:]) <= job.recipe.steps
-        }  # a stray file past the end is not it
-        common = steps if common is None else common & steps
-    for step in sorted(common or (), reverse=True):
-        try:
-            for out in job.out_dirs:
-                path = checkpoint_path(out, step)
-                optim = read_checkpoint(path)[1]
-                check_optim(path, optim, job.cfg.n_params)
-                if not 0 <= optim["candidate"][0] < job.recipe.candidates:
-                    raise FlatformerError(f"checkpoint {path} names an unknown candidate")
-                if not (
-                    0 <= optim["t"][0] <= job.recipe.steps
-                    and 0 <= optim["loss_n"][0] <= job.recipe.steps
-                ):
-                    raise FlatformerError(f"checkpoint {path}: optimizer counters out of range")
-            return step
-        except FlatformerError:
-            continue
-    return None
+        start_run(out, job.run_config(seed), resume)
+    return resume_step(job.out_dirs, job.recipe, job.cfg.n_params) if resume else None
 
 
 MAX_MEMBERS = 64  # models stepped in lockstep while trying candidates; more spill the CPU cache

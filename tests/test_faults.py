@@ -13,10 +13,11 @@ import pytest
 from clitools import assert_one_line_error, cli_here
 from flatformer.errors import FlatformerError
 from flatformer.jobs import build_job
-from flatformer.lock import hold, holder
+from flatformer.store.lock import hold, holder
 from flatformer.resources import check_fits, estimate, memory_needed
 from flatformer.checkpoints import read_checkpoint
-from flatformer.runs import WriteFailed, load_run, read_metrics
+from flatformer.runs import load_run, read_metrics
+from flatformer.store.write import WriteFailed
 from flatformer.train import train
 
 SHORT = ["--recipe", "paper", "--steps", "600"]
@@ -40,7 +41,7 @@ def holder_process(tmp_path):
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from flatformer.lock import hold\n"
+            "from flatformer.store.lock import hold\n"
             f"with hold({str(folder)!r}, 'training'):\n"
             "    print('held', flush=True); time.sleep(60)",
         ],
@@ -82,7 +83,7 @@ def test_a_sweep_into_a_folder_being_written_is_refused(tmp_path):
 
 
 class FullDisk:
-    """open() for flatformer.runs whose files fail the n-th write or append to a matching file
+    """open() for flatformer.store.write whose files fail the n-th write or append to a matching file
     halfway, with ENOSPC, as a disk filling up mid-write does (counted by writes, not opens:
     a file may stay open for many appends)."""
 
@@ -112,7 +113,7 @@ def test_a_full_disk_mid_write_keeps_the_last_checkpoint_and_metrics(tmp_path, m
     folder = tmp_path / "run"
     # The 4th checkpoint is step 300; metrics are written at 0, 200, 400: the 3rd is step 400.
     monkeypatch.setattr(
-        "flatformer.runs.open",
+        "flatformer.store.write.open",
         FullDisk(fail_at=4 if match != "metrics.jsonl" else 3, match=match),
         raising=False,
     )

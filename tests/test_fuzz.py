@@ -75,7 +75,7 @@ checkpoints = st.one_of(
 @FUZZ
 @given(checkpoints)
 def test_checkpoint_bytes(folder, data):
-    from flatformer.runs import read_checkpoint
+    from flatformer.checkpoints import read_checkpoint
 
     path = folder / "step_000000.safetensors"
     path.write_bytes(data)

@@ -215,7 +215,7 @@ def test_data_bad_input_is_one_line(paper_run, tmp_path):
         ("nan.npy", "NaN"),
         ("pickle.npy", "cannot read"),
         ("text.csv", "cannot read"),
-        ("missing.npy", "no file"),
+        ("missing.npy", "does not exist"),
     ):
         assert_one_line_error(_geometry(paper_run, "--data", tmp_path / name), words)
 

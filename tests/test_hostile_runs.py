@@ -159,7 +159,7 @@ def test_no_write_through_a_planted_link_or_into_a_folder_not_ours(world, spoil,
 
 
 def test_a_symlink_at_the_target_of_an_atomic_write_is_replaced_not_followed(world):
-    from flatformer.runs import atomic_write
+    from flatformer.store.write import atomic_write
 
     os.symlink(world / "OUTSIDE/victim.txt", world / "RUN/explorer.html")
     atomic_write(world / "RUN/explorer.html", b"page")
@@ -347,7 +347,8 @@ def test_a_token_name_is_drawn_as_text(token):
 
 
 def test_strict_json_has_no_nan_and_says_why():
-    from flatformer.limits import parse_json, strict_json
+    from flatformer.limits import strict_json
+    from flatformer.store.read import parse_json
 
     text = strict_json({"loss": float("nan"), "rows": [1.0, float("inf")], "ok": 2})
     data = parse_json(text, "output")
@@ -356,7 +357,7 @@ def test_strict_json_has_no_nan_and_says_why():
 
 
 def test_eval_json_is_strict_json(world):
-    from flatformer.limits import parse_json
+    from flatformer.store.read import parse_json
 
     result = run_case(world, ["eval", "RUN", "--json"], ok=True)
     assert parse_json(result.stdout, "eval --json")["step"] == 20000

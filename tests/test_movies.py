@@ -16,7 +16,9 @@ from conftest import make_run
 from flatformer.errors import FlatformerError
 from flatformer.evaluate import evaluate_run
 from flatformer.movies import MOVIES, formats, load_checkpoints, movie_names, prepare, render
-from flatformer.runs import checkpoint_path, load_run, read_checkpoint
+from flatformer.checkpoints import read_checkpoint
+from flatformer.runs import load_run
+from flatformer.store.layout import checkpoint_path
 
 
 def cli(*args):

@@ -43,7 +43,7 @@ def test_circuit_from_prompts_equals_task(written, ablation):
     "text, words",
     [
         ("", "no examples"),
-        ('{"prompt": "1 +", "target": "2"}\nnot json\n', "line 2: not JSON"),
+        ('{"prompt": "1 +", "target": "2"}\nnot json\n', "line 2 is not valid JSON"),
         ('{"prompt": "1 +"}\n', "line 1: needs"),
         ('{"prompt": "1 zz", "target": "2"}\n', "line 1: prompt"),
         ('{"prompt": "1 +", "target": "2 4"}\n', "exactly one token"),

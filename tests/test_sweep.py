@@ -261,7 +261,7 @@ def test_a_node_that_cannot_see_the_sweep_folder_refuses_the_job(sweep_file, tmp
 def test_a_ray_worker_killed_mid_job_is_retried_to_the_same_rows(
     local_ray, local_sweep, sweep_file, tmp_path
 ):
-    from flatformer.lock import holder
+    from flatformer.store.lock import holder
 
     out, outcome = tmp_path / "ray-killed", {}
     driver = threading.Thread(

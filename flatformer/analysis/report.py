@@ -9,7 +9,7 @@ from ..data import TaskData, evenly_spaced
 from ..edges.methods import build_problem, find_circuits
 from ..errors import FlatformerError
 from ..evaluate import evaluate
-from ..limits import read_text
+from ..store.read import read_text
 from ..engine.model import Params
 from ..readout import KL_DIRECTION, by_length, knob_kls, reference_windows, standard_knobs
 from .algorithm import run_checks

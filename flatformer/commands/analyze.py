@@ -326,17 +326,16 @@ def analyze(
 def is_examples_file(path: Path) -> bool:
     """A JSON-lines prompts file: its first line that is not blank or a # comment parses as a
     JSON object (a plain prompt never does: it is tokens separated by spaces)."""
-    import json
-
     from ..analysis.report import MAX_PROMPTS_BYTES
-    from ..limits import read_text
+    from ..errors import FlatformerError
+    from ..store.read import parse_json, read_text
 
     for line in read_text(path, "prompts file", MAX_PROMPTS_BYTES).splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             try:
-                return isinstance(json.loads(line), dict)
-            except ValueError:
+                return isinstance(parse_json(line, "prompts file"), dict)
+            except FlatformerError:  # a plain prompt, or deep nesting read as one
                 return False
     return False
 

@@ -118,7 +118,7 @@ def grokking_table(rows: list[dict]):
 
 def save_figure(fig, path: Path):
     from ..figures.style import DPI
-    from ..runs import atomic_write
+    from ..store.write import atomic_write
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
@@ -173,7 +173,7 @@ def compare(
     if not 0 <= success <= 1:
         raise FlatformerError(f"--success is a rule error between 0 and 1, got {success}")
     from ..compare import aligned_landscapes, compare_runs, numbers, summary, to_json
-    from ..runs import OUTPUT_SUFFIXES, claim_folder, holds_only
+    from ..store.write import OUTPUT_SUFFIXES, atomic_write, claim_folder, holds_only, make_folder
 
     folder = claim_folder(
         out_dir or Path(run) / "compare",
@@ -184,10 +184,8 @@ def compare(
     started = time.perf_counter()
     c = compare_runs(run, step, reference, success)
     report = to_json(c)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder, "--out")
     written = [folder / "summary.json"]
-    from ..runs import atomic_write
-
     if figures:
         from ..compare import figures as F
 

@@ -107,7 +107,8 @@ def explore(
     from ..config import require_causal
     from ..explorer.export import export_run
     from ..explorer.page import page_html
-    from ..runs import atomic_write, load_run
+    from ..runs import load_run
+    from ..store.write import output_file, write_file
 
     if serve:
         limits.port(port)
@@ -118,10 +119,10 @@ def explore(
             f"{run}: {loaded.cfg.n_params:,} parameters, more than the explorer page carries "
             f"({PAGE_MAX_PARAMS:,}); flatformer analyze, circuits, figures and generate work on it"
         )
-    target = limits.output_file(out_file or Path(run) / "explorer.html", "--out")
+    target = output_file(out_file or Path(run) / "explorer.html", "--out")
     data = export_run(loaded, step, checkpoints, prompt)
     page = page_html(data).encode("utf-8")
-    atomic_write(target, page)
+    write_file(target, page, "--out")  # checked again: the export took a while
     out.print(
         f"{target}: step {data['step']}, {len(data['steps'])} checkpoints, "
         f"{len(page) / 1e6:.1f} MB (works offline: open it in a browser)"

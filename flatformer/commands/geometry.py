@@ -3,6 +3,7 @@ Procrustes), across activations, over training and across seeds."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +15,16 @@ from ..errors import FlatformerError
 from ..limits import strict_json
 from .app import app, console, out
 
+MAX_STIMULI_BYTES = 16 << 20  # a million prompts of a few words
+
 
 def read_prompts(path: Path, vocab: list[str]) -> list[list[int]]:
     """One prompt a line, tokens separated by spaces, each a word of the run's vocabulary."""
-    if not path.is_file():
-        raise FlatformerError(f"--stimuli: no file {path}")
+    from ..store.read import read_text
+
     index = {w: k for k, w in enumerate(vocab)}
     prompts = []
-    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    for n, line in enumerate(read_text(path, "--stimuli", MAX_STIMULI_BYTES).splitlines(), 1):
         words = line.split()
         if not words:
             continue
@@ -32,9 +35,17 @@ def read_prompts(path: Path, vocab: list[str]) -> list[list[int]]:
     return prompts
 
 
+def claim_figures(folder: Path) -> Path:
+    """RUN/geometry, ours to draw into: new, or holding only figures (never a link)."""
+    from ..store.write import claim_folder, holds_only
+
+    return claim_folder(folder, "geometry folder", holds_only(".png"))
+
+
 def write_figures(report: dict, folder: Path):
     from ..figures.rsa import write_figures as draw
 
+    claim_figures(folder)  # again: the report took a while
     with console.status("geometry: figures"):
         paths = draw(report, folder)
     console.print(f"geometry: {len(paths)} figures in {folder}")
@@ -57,7 +68,10 @@ def export_rsatoolbox(report: dict, path: Path):
         rdm_descriptors={"activation": [n for n, _ in pairs], "kind": [k for _, k in pairs]},
         pattern_descriptors={"stimulus": list(report["stimuli"])},
     )
-    rdms.save(str(path), file_type="hdf5", overwrite=True)
+    from ..store.write import atomic_path
+
+    with atomic_path(path, "--export") as tmp:
+        rdms.save(tmp, file_type="hdf5", overwrite=True)
 
 
 def export_rdms(report: dict, path: Path):
@@ -68,16 +82,20 @@ def export_rdms(report: dict, path: Path):
         for n, d in report["rdms"].items()
         for k, v in d.items()
     }
+    from ..store.write import write_file
+
     if path.suffix in (".hdf5", ".h5"):
-        export_rsatoolbox(report, path)
-    elif path.suffix == ".npz":
-        np.savez(path, **arrays)
+        return export_rsatoolbox(report, path)
+    buffer = io.BytesIO()  # written whole by the store: never through a link or into a FIFO
+    if path.suffix == ".npz":
+        np.savez(buffer, **arrays)
     elif path.suffix == ".mat":
         from scipy.io import savemat
 
-        savemat(path, {k[:63]: v for k, v in arrays.items()})
+        savemat(buffer, {k[:63]: v for k, v in arrays.items()})
     else:
         raise FlatformerError(f"--export takes a .npz, .mat or .hdf5 file, got {path}")
+    write_file(path, buffer.getvalue(), "--export")
 
 
 @app.command()
@@ -139,6 +157,12 @@ def geometry(
     from ..runs import load_run, seed_runs
 
     measures = parse_measures(measure)
+    if export:  # refused before the work, not after it
+        from ..store.write import output_file
+
+        output_file(export, "--export")
+    if figures:
+        claim_figures(run / "geometry")
     if noise not in NOISE_METHODS:
         raise FlatformerError(f"--noise must be one of {', '.join(NOISE_METHODS)}, got {noise!r}")
     if seeds:

@@ -40,7 +40,9 @@ def import_model(
 ):
     """Import a model from another framework, checked and with its provenance, as a run."""
     from ..importers.run import read_source, write_run
+    from ..store.run import claim_import
 
+    claim_import(out_dir)  # refused before the source is read, not after
     imported, task = read_source(source, fmt, vocab, config, corpus)
     write_run(imported, task, out_dir)
     cfg = imported.cfg

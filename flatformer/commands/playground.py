@@ -19,14 +19,13 @@ def playground(
     """Write the playground: one offline HTML file that trains a transformer in the browser
     (JavaScript, float64, in a Worker) and shows its geometry forming; no run folder needed."""
     from ..explorer.playground_page import playground_html
-    from ..runs import atomic_write
+    from ..store.write import write_file
     from .explore import serve_page
 
     if serve:
         limits.port(port)
-    target = limits.output_file(out_file or Path("playground.html"), "--out")
     page = playground_html().encode("utf-8")
-    atomic_write(target, page)
+    target = write_file(out_file or Path("playground.html"), page, "--out")
     out.print(
         f"{target}: {len(page) / 1e6:.2f} MB (works offline: open it in a browser, "
         f"choose a task and press Train)"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from ..limits import output_file, whole
+from ..limits import whole
+from ..store.write import output_file, write_file
 from .app import app, console
 
 
@@ -29,5 +30,5 @@ def prompts(
     out_path = output_file(out_path, "--out")
     loaded = load_run(run)
     rows = task_examples(loaded.task, loaded.data(), n)
-    out_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_file(out_path, "".join(json.dumps(r) + "\n" for r in rows).encode(), "--out")
     console.print(f"wrote {len(rows)} examples to {out_path}")

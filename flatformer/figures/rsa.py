@@ -5,6 +5,7 @@ draws."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -150,8 +151,11 @@ def data_bars(data: dict):
 
 
 def write_figures(report: dict, folder: Path) -> list[Path]:
-    """Every figure the report supports, as PNG into `folder`; returns the paths."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Every figure the report supports, as PNG into `folder` (created by the store, never
+    through a link); returns the paths."""
+    from ..store.write import atomic_write, make_folder
+
+    make_folder(folder, "geometry folder")
     figures = {}
     if "rdms" in report:
         figures["rdms"] = rdm_grid(report)
@@ -168,7 +172,8 @@ def write_figures(report: dict, folder: Path) -> list[Path]:
             figures[f"seeds_{short(name)}"] = seeds_matrix(report, name, first)
     paths = []
     for stem, fig in figures.items():
-        path = folder / f"{stem}.png"
-        fig.savefig(path)
+        path, buffer = folder / f"{stem}.png", io.BytesIO()
+        fig.savefig(buffer, format="png")
+        atomic_write(path, buffer.getvalue())
         paths.append(path)
     return paths

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import re
 from dataclasses import dataclass, field
@@ -12,7 +11,7 @@ import numpy as np
 
 from ..config import LN_EPS, ModelConfig
 from ..errors import FlatformerError
-from ..limits import read_bytes
+from ..store import read
 from . import validate
 
 
@@ -29,11 +28,7 @@ class Imported:
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return read.sha256(path, "source", validate.MAX_SOURCE_BYTES)
 
 
 def refuse(field_name: str, value, what: str):
@@ -58,7 +53,7 @@ def torch_state(path: Path):
         raise FlatformerError(
             f"{path}: reading a PyTorch file needs torch: pip install 'flatformer[torch]'"
         ) from None
-    data = read_bytes(path, "PyTorch file", validate.MAX_SOURCE_BYTES)
+    data = read.read_bytes(path, "PyTorch file", validate.MAX_SOURCE_BYTES)
     try:
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # weights_only refuses any object it would have to construct

@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import FlatformerError
-from ..limits import read_json
+from ..store.read import read_json
 from . import nanogpt, validate
 from .common import Imported, check_ln_eps, refuse, sha256, torch_state
 from .tokenizer import read_folder
 
+MAX_JSON_BYTES = 1 << 20  # a GPT-2 config.json is about 1 kB
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
@@ -26,7 +27,7 @@ ACT_FNS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_erf", 
 
 def read(folder: Path) -> Imported:
     folder = Path(folder)
-    config = read_json(folder / "config.json", "GPT-2 config", 1_000_000)
+    config = read_json(folder / "config.json", "Hugging Face config", MAX_JSON_BYTES)
     if not isinstance(config, dict):
         raise FlatformerError(f"{folder}/config.json is not an object")
     model_type = config.get("model_type", "gpt2")

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from .. import __version__
 from ..errors import FlatformerError
-from ..limits import read_text
-from ..runs import atomic_write, checkpoint_bytes, checkpoint_path
+from ..checkpoints import checkpoint_bytes
+from ..store.layout import checkpoint_path
+from ..store.lock import hold
+from ..store.read import read_text
+from ..store.run import claim_import, write_config
+from ..store.write import atomic_write, make_folder, remove_temporaries
 from ..tasks.imported import ImportedTask
 from .common import Imported
 
@@ -24,7 +27,7 @@ def detect(source: Path, config: Path | None = None) -> str:
         return "transformer-lens"
     if source.is_file() and source.suffix in (".pt", ".pth", ".ckpt"):
         return "nanogpt"
-    if source.is_dir() and (source / "config.json").exists():
+    if source.is_dir() and (source / "config.json").exists():  # Hugging Face's, not a run's
         return "hf-gpt2"
     raise FlatformerError(f"{source}: cannot tell its format; give --format ({', '.join(FORMATS)})")
 
@@ -96,10 +99,9 @@ def weight_dtype(tensors: dict[str, np.ndarray]) -> str:
 
 
 def write_run(imported: Imported, task: ImportedTask, out: Path) -> Path:
-    """The run folder `out` (which must not hold a run already)."""
-    out = Path(out)
-    if (out / "config.json").exists():
-        raise FlatformerError(f"{out} already holds a run; choose another --out")
+    """The run folder `out`, claimed as `train` claims one (new, empty, or what a killed import
+    left) and locked while it is written, so two imports into one folder cannot both win."""
+    out = claim_import(out)
     config = {
         "flatformer": __version__,
         "task": task.name,
@@ -112,7 +114,11 @@ def write_run(imported: Imported, task: ImportedTask, out: Path) -> Path:
     }
     tensors = {k: np.asarray(v, np.float64) for k, v in imported.tensors.items()}
     path = checkpoint_path(out, 0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, checkpoint_bytes(tensors))
-    atomic_write(out / "config.json", (json.dumps(config, indent=2) + "\n").encode())
+    with hold(out, "an import"):
+        claim_import(out)  # again, under the lock: another import may have finished meanwhile
+        make_folder(path.parent, "--out")
+        for folder in (out, path.parent):
+            remove_temporaries(folder)  # a killed import's
+        atomic_write(path, checkpoint_bytes(tensors))
+        write_config(out, config)
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import FlatformerError
-from ..limits import read_json, read_text
+from ..store.read import read_json, read_text
 from ..tasks.imported import load_tokenizer
 
 # GPT-2's tokenizer.json is 1.4 MB. The run's config.json keeps it as one JSON string (at most

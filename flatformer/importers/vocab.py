@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 from ..errors import FlatformerError
+from ..store.read import read_bytes
 from ..tasks.corpus import char_name
 
 MAX_BYTES = 16 << 20
@@ -25,9 +26,7 @@ class PlainUnpickler(pickle.Unpickler):
 def read_meta(path: Path) -> list[str]:
     """The characters of a nanoGPT meta.pkl (`itos`: id -> character), in id order."""
     path = Path(path)
-    data = path.read_bytes()
-    if len(data) > MAX_BYTES:
-        raise FlatformerError(f"{path}: {len(data):,} bytes; a meta.pkl is at most {MAX_BYTES:,}")
+    data = read_bytes(path, "meta.pkl", MAX_BYTES)
     try:
         meta = PlainUnpickler(io.BytesIO(data)).load()
     except FlatformerError:

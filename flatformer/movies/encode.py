@@ -139,11 +139,13 @@ def join_mp4(parts: list[Path], out: Path):
         return
     import imageio_ffmpeg
 
+    from ..store.write import atomic_write
+
     listing = out.with_name(out.name + ".parts.txt")
-    # ffmpeg's concat list quotes with ': a ' inside a path is written '\''
-    listing.write_text(
-        "".join("file '" + str(p.resolve()).replace("'", "'\\''") + "'\n" for p in parts)
-    )
+    # The parts by their own names, which ffmpeg reads beside the list: the folder's path (a
+    # newline in it would end a line of the list) is never written into it; render names the
+    # parts .NAME.partJ.mp4 beside the movie.
+    atomic_write(listing, "".join(f"file '{p.name}'\n" for p in parts).encode())
     tmp = out.with_name(out.stem + ".tmp.mp4")
     cmd = [
         imageio_ffmpeg.get_ffmpeg_exe(),
@@ -165,7 +167,8 @@ def join_mp4(parts: list[Path], out: Path):
     result = subprocess.run(cmd, capture_output=True, text=True)
     listing.unlink()
     if result.returncode:
-        tmp.unlink(missing_ok=True)
+        for path in (tmp, *parts):
+            path.unlink(missing_ok=True)
         raise FlatformerError(
             f"ffmpeg could not join the parts of {out.name}: "
             f"{(result.stderr.strip().splitlines() or ['?'])[-1]}"

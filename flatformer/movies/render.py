@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing as mp
 from pathlib import Path
 
+from ..store.write import make_folder
 from .encode import join_gif, join_mp4, open_part
 
 # The scenes of the render in progress, inherited by forked workers (never sent to them).
@@ -57,8 +58,7 @@ def render(
     called with the number of frames rendered so far, about ten times a second.
     """
     global _COUNTS
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_folder(out_dir, "movie folder")
     workers = max(1, workers)
     if "fork" not in mp.get_all_start_methods():
         workers = 1  # the workers inherit the computed scenes by forking (not on Windows)

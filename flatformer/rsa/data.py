@@ -7,14 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from scipy.io.matlab import MatReadError
 from scipy.stats import rankdata
 
 from ..errors import FlatformerError
+from ..store import read
 from .crossnobis import NOISE_METHODS, crossnobis_rdm, noise_covariance, noisy_channels
 from .measures import correlation_rdm, euclidean_rdm
 
 MAX_VALUES = 50_000_000  # 400 MB of float64: recordings larger than this are refused
+MAX_FILE_BYTES = 8 * MAX_VALUES + 10_000_000  # those values and room for headers or text
 MAX_RESAMPLES = 100_000
 RDM_KINDS = {"euclidean": euclidean_rdm, "correlation": correlation_rdm}
 DATA_RDMS = (*RDM_KINDS, "crossnobis")
@@ -25,30 +26,23 @@ def load_recordings(path: Path, n_stimuli: int) -> np.ndarray:
     """stimuli x channels or stimuli x repeats x channels, rows in stimulus order, from .npy,
     .npz or .mat (its one array, or the array named "data") or .csv (stimuli x channels).
     Never unpickles (.mat through scipy.io.loadmat, which reads numbers and executes
-    nothing)."""
+    nothing); read through the store's reader, which checks every array header before its
+    values are allocated."""
     path = Path(path)
-    if not path.is_file():
-        raise FlatformerError(f"--data: no file {path}")
-    if path.stat().st_size > 8 * MAX_VALUES + 10_000_000:
-        raise FlatformerError(f"--data {path}: file too big (limit {MAX_VALUES:,} values)")
     try:
         if path.suffix == ".npy":
-            x = np.load(path, allow_pickle=False)
+            x = read.read_npy(path, "--data", MAX_VALUES, MAX_FILE_BYTES)
         elif path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as z:
-                keys = z.files
-                if "data" in keys:
-                    x = z["data"]
-                elif len(keys) == 1:
-                    x = z[keys[0]]
-                else:
-                    raise FlatformerError(
-                        f"--data {path}: {len(keys)} arrays and none named 'data'"
-                    )
+            arrays = read.read_npz(path, "--data", MAX_VALUES, MAX_FILE_BYTES)
+            if "data" in arrays:
+                x = arrays["data"]
+            elif len(arrays) == 1:
+                x = next(iter(arrays.values()))
+            else:
+                raise FlatformerError(f"--data {path}: {len(arrays)} arrays and none named 'data'")
         elif path.suffix == ".mat":
-            from scipy.io import loadmat
-
-            arrays = {k: v for k, v in loadmat(path).items() if not k.startswith("__")}
+            raw = read.read_mat(path, "--data", MAX_FILE_BYTES)
+            arrays = {k: v for k, v in raw.items() if not k.startswith("__")}
             if "data" in arrays:
                 x = arrays["data"]
             elif len(arrays) == 1:
@@ -58,13 +52,13 @@ def load_recordings(path: Path, n_stimuli: int) -> np.ndarray:
                     f"--data {path}: {len(arrays)} variables and none named 'data'"
                 )
         elif path.suffix == ".csv":
-            x = np.loadtxt(path, delimiter=",", ndmin=2)
+            x = np.loadtxt(read.text_stream(path, "--data", MAX_FILE_BYTES), delimiter=",", ndmin=2)
         else:
             raise FlatformerError(f"--data takes .npy, .npz, .mat or .csv, got {path.name}")
         x = np.asarray(x, dtype=np.float64)
     except FlatformerError:
         raise
-    except (ValueError, OSError, TypeError, NotImplementedError, MatReadError) as e:
+    except (ValueError, OSError, TypeError, NotImplementedError) as e:
         raise FlatformerError(
             f"--data {path}: cannot read numbers: {str(e).splitlines()[0][:120]}"
         ) from None

@@ -11,7 +11,7 @@ from typing import Callable
 
 from ..errors import FlatformerError
 from ..limits import processes
-from ..lock import hold
+from ..store.lock import hold
 from .cluster import _ray_session, _run_ray, _split_address
 from .plan import _build, _pairs, expand, load_sweep
 from .results import results_csv
@@ -62,14 +62,12 @@ def run_sweep(
     `progress(job, result, status)` is called once per job, status "skipped" (finished
     before), "trained" or "failed" (result {"error": ...}).
     """
-    from ..runs import atomic_write
+    from ..store.write import atomic_write, claim_folder, make_folder
 
     workers = (os.cpu_count() or 1) if workers is None else workers
     processes("--workers", workers)
     if ray and ray != "auto":
         _split_address(ray)
-    from ..runs import claim_folder
-
     jobs = expand(load_sweep(path), out_dir)
     names = {job["name"] for job in jobs}
     # Ours: it holds a sweep's sweep.json, or only folders named after this sweep's jobs.
@@ -81,7 +79,7 @@ def run_sweep(
             or all(e.is_dir(follow_symlinks=False) and e.name in names for e in os.scandir(f))
         ),
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(out_dir, "sweep folder")
     with hold(out_dir, "a sweep"):
         atomic_write(out_dir / "sweep.json", (json.dumps(jobs, indent=1) + "\n").encode())
         results = {job["name"]: done for job in jobs if (done := finished(job))}

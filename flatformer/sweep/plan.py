@@ -48,7 +48,7 @@ MAX_JOBS = 10_000  # jobs in one sweep (each a process and a folder); counted be
 def load_sweep(path) -> dict:
     """The sweep file's contents, with a one-line error for bad TOML or unknown keys."""
     path = Path(path)
-    from ..limits import read_text
+    from ..store.read import read_text
 
     text = read_text(path, "sweep file", MAX_SWEEP_BYTES)
     try:

@@ -9,6 +9,8 @@ import statistics
 
 from ..tasks.base import LEARNED
 
+MAX_RESULTS_BYTES = 2**30  # millions of rows: more than any sweep writes
+
 COLUMNS = [
     "job",
     "task",
@@ -35,8 +37,9 @@ def results_csv(rows: list[dict]) -> str:
 
 def read_results(path) -> list[dict]:
     """results.csv rows with numbers as numbers."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    from ..store.read import text_stream
+
+    rows = list(csv.DictReader(text_stream(path, "results", MAX_RESULTS_BYTES)))
     for row in rows:
         for key in ("seed", "steps"):
             row[key] = int(row[key])

@@ -16,15 +16,14 @@ from .plan import MAX_SWEEP_BYTES, _build, _identity
 def finished(job: dict) -> dict | None:
     """The job's done.json when the job is finished, else None. A done.json for a different
     job in the same folder is an error: the folder holds another sweep's runs."""
-    from ..runs import checkpoint_path
+    from ..store.layout import DONE, checkpoint_path, seed_folder
+    from ..store.read import read_json
 
     folder = Path(job["folder"])
-    from ..limits import read_json
-
-    if not os.path.lexists(folder / "done.json"):
+    if not os.path.lexists(folder / DONE):
         return None
     try:
-        done = read_json(folder / "done.json", "done file", MAX_SWEEP_BYTES)
+        done = read_json(folder / DONE, "done file", MAX_SWEEP_BYTES)
     except FlatformerError:
         return None  # unreadable: the job is trained again
     if not isinstance(done, dict):
@@ -34,19 +33,38 @@ def finished(job: dict) -> dict | None:
             f"{folder} holds a different job ({done.get('job')}); choose another --out or delete it"
         )
     first, last = job["seeds"]
-    if all(
-        checkpoint_path(folder / f"seed_{s}", job["steps"]).is_file()
+    if sane_done(done, range(first, last + 1)) and all(
+        checkpoint_path(seed_folder(folder, s), job["steps"]).is_file()
         for s in range(first, last + 1)
     ):
         return done
     return None
 
 
+def sane_done(done: dict, seeds: range) -> bool:
+    """done.json's seconds and one row per seed with its numbers (a file edited or spoiled
+    otherwise only means the job is trained again)."""
+    rows = done.get("rows")
+
+    def number(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    return (
+        number(done.get("seconds"))
+        and isinstance(rows, list)
+        and all(isinstance(r, dict) for r in rows)
+        and [r.get("seed") for r in rows] == list(seeds)
+        and all(type(r.get("step")) is int for r in rows)
+        and all(number(r.get(k)) for r in rows for k in ("train_loss", "val_loss", "rule_error"))
+    )
+
+
 def run_job(job: dict) -> dict:
     """Train one job (resuming whatever a killed sweep left) and mark it done. Runs in a worker
     process or a Ray task; returns done.json's contents, or {"error": ...} for a problem the
     user can fix, so one bad configuration does not stop the others."""
-    from ..runs import atomic_write
+    from ..store.layout import DONE
+    from ..store.write import atomic_write
     from ..train import train
 
     try:
@@ -69,7 +87,7 @@ def run_job(job: dict) -> dict:
         for seed, m in zip(built.seeds, trainer.metrics)
     ]
     done = {"job": _identity(job), "seconds": seconds, "rows": rows}
-    atomic_write(Path(job["folder"]) / "done.json", (json.dumps(done) + "\n").encode())
+    atomic_write(Path(job["folder"]) / DONE, (json.dumps(done) + "\n").encode())
     return done
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FlatformerError
+from ..store.read import read_bytes
 from .base import Task
 
 MAX_BYTES = 2_000_000  # a default run reads about 1.3 million tokens: more text goes unseen
@@ -24,15 +25,7 @@ def read_text(path) -> str:
     """A corpus file's text, refusing what is not text: missing, empty, too large, NUL bytes,
     undecodable UTF-8 or control characters. Windows line endings become newlines."""
     path = Path(path)
-    if not path.is_file():
-        raise FlatformerError(f"corpus {path} is not a file")
-    size = path.stat().st_size
-    if size > MAX_BYTES:
-        raise FlatformerError(
-            f"corpus {path} is {size:,} bytes; flatformer takes at most "
-            f"{MAX_BYTES:,} (a default run reads about 1.3 million tokens)"
-        )
-    data = path.read_bytes()
+    data = read_bytes(path, "corpus", MAX_BYTES)
     nul = data.find(b"\0")
     if nul >= 0:
         raise FlatformerError(

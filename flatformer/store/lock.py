@@ -12,9 +12,9 @@ import contextlib
 import os
 from pathlib import Path
 
-from .errors import FlatformerError
-
-NAME = ".lock"
+from ..errors import FlatformerError
+from .layout import LOCK as NAME
+from .read import read_text
 
 
 @contextlib.contextmanager
@@ -58,8 +58,8 @@ def hold(folder, what: str):
 def holder(folder) -> int | None:
     """The pid written in FOLDER's lock file (the last holder, alive or not), or None."""
     try:
-        return int((Path(folder) / NAME).read_text().strip())
-    except (OSError, ValueError):
+        return int(read_text(Path(folder) / NAME, "lock file", 64).strip())
+    except (FlatformerError, ValueError):  # a FIFO planted there is not waited on
         return None
 
 
