@@ -83,7 +83,7 @@ def test_a_meta_pkl_that_is_not_a_file(tmp_path, source, make):
 @pytest.mark.parametrize("name", ["config.json", "tokenizer.json"])
 @pytest.mark.parametrize("spoil", ["fifo", "deep"])
 def test_a_hugging_face_folders_json_that_is_not_sane(tmp_path, name, spoil):
-    from flatformer.importers import hf_gpt2
+    from flatformer.importers import hf_gpt2, tokenizer
 
     path = tmp_path / name
     fifo(path) if spoil == "fifo" else path.write_text(DEEP)
@@ -91,7 +91,7 @@ def test_a_hugging_face_folders_json_that_is_not_sane(tmp_path, name, spoil):
         if name == "config.json":
             hf_gpt2.read(tmp_path)
         else:
-            hf_gpt2.token_names(tmp_path, 3)
+            tokenizer.read_folder(tmp_path)
 
 
 @pytest.mark.parametrize("spoil", ["fifo", "deep", "dev-zero"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import FlatformerError
-from ..store.read import read_json, read_text
+from ..store.read import parse_json, read_json, read_text
 from ..tasks.imported import load_tokenizer
 
 # GPT-2's tokenizer.json is 1.4 MB. The run's config.json keeps it as one JSON string (at most
@@ -21,6 +21,7 @@ def read_folder(folder: Path) -> str | None:
     path, vocab, merges = (folder / n for n in ("tokenizer.json", "vocab.json", "merges.txt"))
     if path.exists():
         text = read_text(path, "tokenizer.json", MAX_TOKENIZER_BYTES)
+        parse_json(text, str(path))  # its nesting counted before a library parses it
         load_tokenizer(text, str(path))  # refused now, not at the run's first prompt
         return text
     if vocab.exists() != merges.exists():

@@ -5,7 +5,7 @@ residual directions are named variables (after tracr, Lindner et al. 2023).
 here unchanged (`rasp.evaluate(program, [1, 2, 3])`).
 """
 
-from .interpreter import evaluate
+from .rasp import evaluate
 from .rasp import (
     DEFAULT_ANNOTATORS,
     Aggregate,

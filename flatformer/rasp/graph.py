@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import FlatformerError
 from . import rasp as r
-from .interpreter import categorical_aggregates, record_values, too_wide
+from .rasp import categorical_aggregates, record_values, too_wide
 from .library import make_length
 
 MAX_VALUES = 4096  # the most values one S-op may take (one residual direction each)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..transformer import Transformer
 from .compile import CompiledProgram
-from .interpreter import evaluate, too_wide
+from .rasp import evaluate, too_wide
 
 
 @dataclass
