@@ -8,10 +8,6 @@ from flatformer.bridge import TorchTransformer
 from flatformer.config import ModelConfig, preset
 from flatformer.errors import FlatformerError
 from flatformer.engine.model import (
-    BLOCK,
-    GELU_C,
-    activation,
-    activation_grad,
     backward,
     cross_entropy,
     forward,
@@ -209,21 +205,6 @@ def test_a_hook_cannot_unmask_the_future():
     )
 
 
-def test_gelu_in_blocks_is_the_textbook_formula():
-    """The GELU and its derivative, computed one cache block at a time, on more than three
-    blocks (the last one partial) against the formulas written out whole."""
-    x = np.random.default_rng(0).normal(0, 3, (3 * BLOCK + 5) * 5).reshape(-1, 5)[:, ::-1]
-    t = np.tanh(GELU_C * (x + 0.044715 * x**3))
-    cfg = preset("simulator-16d", 28)
-    np.testing.assert_allclose(activation(cfg, x), 0.5 * x * (1 + t), rtol=0, atol=1e-14)
-    np.testing.assert_allclose(
-        activation_grad(cfg, x),
-        0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * x * x),
-        rtol=0,
-        atol=1e-14,
-    )
-
-
 def test_float32_stays_float32_everywhere():
     """No silent upcast: every activation the forward pass records, the logits' gradient and
     every parameter gradient of a float32 model are float32."""
@@ -269,7 +250,7 @@ def test_tokens_outside_the_vocabulary_are_refused():
 def test_erf_equals_the_c_library_over_a_wide_grid_and_its_tails():
     import math
 
-    from flatformer.engine.model import erf, gelu_erf
+    from flatformer.engine.components import erf, gelu_erf
 
     x = np.concatenate(
         [

@@ -21,29 +21,22 @@ d metric / d m_e for every edge in one pass.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import LN_EPS
-from ..engine.model import activation, activation_grad, causal_mask
+from ..engine.components import (
+    attention,
+    attention_backward,
+    causal_bias,
+    embed,
+    layer_norm,
+    layer_norm_backward,
+    mlp,
+    mlp_backward,
+    pos_embed,
+)
 from ..transformer import Transformer
-
-
-def _ln(x, w, b):
-    """LayerNorm over the last axis: (x_hat, scale, output)."""
-    x = x - x.mean(-1, keepdims=True)
-    scale = np.sqrt((x * x).mean(-1, keepdims=True) + LN_EPS)
-    x_hat = x / scale
-    return x_hat, scale, x_hat * w + b
-
-
-def _ln_backward(dy, x_hat, scale, w):
-    dx_hat = dy * w
-    return (
-        dx_hat - dx_hat.mean(-1, keepdims=True) - x_hat * (dx_hat * x_hat).mean(-1, keepdims=True)
-    ) / scale
 
 
 @dataclass
@@ -165,11 +158,11 @@ class EdgeGraph:
         cfg, t = self.cfg, self.t
         tokens = np.asarray(tokens)
         B, T = tokens.shape
-        d, dh = cfg.d_model, cfg.d_head
+        d = cfg.d_model
         masks = np.atleast_2d(np.asarray(masks, dtype=float))
         tr = Trace(masks, refs, edge_refs or {}, shape=(len(masks), B, T, d))
-        tr.outs["tok"] = t["embed.W_E"][tokens][None]
-        tr.outs["pos"] = np.broadcast_to(t["pos_embed.W_pos"][:T], (1, B, T, d))
+        tr.outs["tok"] = embed(t["embed.W_E"], tokens)[None]
+        tr.outs["pos"] = pos_embed(t["pos_embed.W_pos"], tokens[None])
         for L in range(cfg.n_layers):
             b = f"blocks.{L}."
             # Only the logits (and a last MLP, there too) read the last layer's heads: with
@@ -183,17 +176,13 @@ class EdgeGraph:
                     if kind == "q" and at is not None:
                         x = x[:, :, None]  # (E, B, 1, d): one query each
                     if cfg.normalization == "pre_ln":
-                        saved["ln_" + kind] = _ln(x, t[b + "ln1.w"], t[b + "ln1.b"])
-                        x = saved["ln_" + kind][2]
+                        x, *saved["ln_" + kind] = layer_norm(x, t[b + "ln1.w"], t[b + "ln1.b"])
                     y = x @ t[b + f"attn.W_{kind.upper()}"][h]
                     if cfg.qkv_bias:
                         y = y + t[b + f"attn.b_{kind.upper()}"][h]
                     qkv.append(y)
                 q, k, v = qkv
-                scores = np.where(mask, q @ k.swapaxes(-1, -2) / math.sqrt(dh), -np.inf)
-                pattern = np.exp(scores - scores.max(-1, keepdims=True))
-                pattern /= pattern.sum(-1, keepdims=True)
-                z = pattern @ v
+                z, pattern = attention(q, k, v, mask)
                 saved.update(q=q, k=k, v=v, pattern=pattern)
                 tr.saved[head] = saved
                 out = self._head_out(z, L, h)
@@ -204,20 +193,17 @@ class EdgeGraph:
                 x = self._read(f"m{L}", tr, positions if only_there else None)
                 saved = {}
                 if cfg.normalization == "pre_ln":
-                    saved["ln"] = _ln(x, t[b + "ln2.w"], t[b + "ln2.b"])
-                    x = saved["ln"][2]
-                pre = x @ t[b + "mlp.W_in"] + t[b + "mlp.b_in"]
-                saved["pre"] = pre
+                    x, *saved["ln"] = layer_norm(x, t[b + "ln2.w"], t[b + "ln2.b"])
+                out, saved["mlp"] = mlp(x, *self._mlp_weights(L), cfg.act_fn)
+                saved["x"] = x
                 tr.saved[f"m{L}"] = saved
-                out = activation(cfg, pre) @ t[b + "mlp.W_out"] + t[b + "mlp.b_out"]
                 if only_there:
                     out = self._scatter(out, positions, tr.shape)
                 tr.outs[f"m{L}"] = out
         x = self._read("logits", tr, positions)
         tr.positions = positions
         if self.final_ln:
-            tr.saved["logits"] = _ln(x, t["ln_final.w"], t["ln_final.b"])
-            x = tr.saved["logits"][2]
+            x, *tr.saved["logits"] = layer_norm(x, t["ln_final.w"], t["ln_final.b"])
         logits = x @ t["unembed.W_U"]
         if "unembed.b_U" in t:
             logits = logits + t["unembed.b_U"]
@@ -225,12 +211,16 @@ class EdgeGraph:
 
     @staticmethod
     def _queries(positions, T):
-        """The queries a layer attends from: every position, with the causal mask (T, T); or
-        with `positions` = (rows, index) the one at index[b] of each prompt b, with its row of
-        the mask (B, 1, T)."""
+        """The queries a layer attends from: every position, with the causal mask as a bias
+        (T, T); or with `positions` = (rows, index) the one at index[b] of each prompt b, with
+        its row of the bias (B, 1, T)."""
         if positions is None:
-            return None, causal_mask(T)
-        return positions, causal_mask(T)[positions[1]][:, None]
+            return None, causal_bias(T)
+        return positions, causal_bias(T)[positions[1]][:, None]
+
+    def _mlp_weights(self, L):
+        b = f"blocks.{L}.mlp."
+        return tuple(self.t[b + w] for w in ("W_in", "b_in", "W_out", "b_out"))
 
     @staticmethod
     def _scatter(values, positions, shape):
@@ -265,26 +255,25 @@ class EdgeGraph:
 
         dx = dlogits @ t["unembed.W_U"].T
         if self.final_ln:
-            x_hat, scale, _ = tr.saved["logits"]
-            dx = _ln_backward(dx, x_hat, scale, t["ln_final.w"])
+            dx = layer_norm_backward(dx, *tr.saved["logits"], t["ln_final.w"])[0]
         if tr.positions is not None:
             dx = self._scatter(dx, tr.positions, tr.shape)
         grads["logits"] = dx
         send("logits")
         for L in reversed(range(cfg.n_layers)):
             b = f"blocks.{L}."
-            at, mask = self._queries(tr.positions if L == cfg.n_layers - 1 else None, T)
+            at = tr.positions if L == cfg.n_layers - 1 else None
             if self.mlp[L]:
                 saved = tr.saved[f"m{L}"]
                 only_there = tr.positions is not None and L == cfg.n_layers - 1
                 dy = dout[f"m{L}"]
                 if only_there:
                     dy = dy[:, tr.positions[0], tr.positions[1]]
-                dpre = (dy @ t[b + "mlp.W_out"].T) * activation_grad(cfg, saved["pre"])
-                dx = dpre @ t[b + "mlp.W_in"].T
+                dx, _ = mlp_backward(
+                    dy, saved["x"], *self._mlp_weights(L), cfg.act_fn, saved["mlp"]
+                )
                 if cfg.normalization == "pre_ln":
-                    x_hat, scale, _ = saved["ln"]
-                    dx = _ln_backward(dx, x_hat, scale, t[b + "ln2.w"])
+                    dx = layer_norm_backward(dx, *saved["ln"], t[b + "ln2.w"])[0]
                 grads[f"m{L}"] = self._scatter(dx, tr.positions, tr.shape) if only_there else dx
                 send(f"m{L}")
             for h in reversed(range(cfg.n_heads)):
@@ -295,16 +284,11 @@ class EdgeGraph:
                     dz = dy @ t[b + "attn.W_O"][h].T
                 else:
                     dz = dy[..., h * dh : (h + 1) * dh]
-                q, k, v, pattern = saved["q"], saved["k"], saved["v"], saved["pattern"]
-                dpattern = dz @ v.swapaxes(-1, -2)
-                dv = pattern.swapaxes(-1, -2) @ dz
-                dscores = pattern * (dpattern - (dpattern * pattern).sum(-1, keepdims=True))
-                dscores = np.where(mask, dscores, 0.0) / math.sqrt(dh)
-                for kind, dy in zip("qkv", (dscores @ k, dscores.swapaxes(-1, -2) @ q, dv)):
+                dqkv = attention_backward(dz, saved["q"], saved["k"], saved["v"], saved["pattern"])
+                for kind, dy in zip("qkv", dqkv):
                     dx = dy @ t[b + f"attn.W_{kind.upper()}"][h].T
                     if cfg.normalization == "pre_ln":
-                        x_hat, scale, _ = saved["ln_" + kind]
-                        dx = _ln_backward(dx, x_hat, scale, t[b + "ln1.w"])
+                        dx = layer_norm_backward(dx, *saved["ln_" + kind], t[b + "ln1.w"])[0]
                     if kind == "q" and at is not None:
                         dx = self._scatter(dx[:, :, 0], at, tr.shape)
                     grads[f"{head}.{kind}"] = dx

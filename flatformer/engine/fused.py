@@ -1,10 +1,11 @@
 """The float32 engine's elementwise work, compiled: GELU, LayerNorm and the attention softmax,
 forward and backward, one pass over memory each where NumPy makes 5-10 (measured on the
 436k-parameter model: these passes were a third of a float32 step, its matrix products the
-rest). model.py calls these for contiguous float32 arrays when numba is installed (importing this
-module on the first: numba takes 0.3 s to import); float64, the reference, stays NumPy.
+rest). They form a components.Kit (KIT), which model.py hands the components in float32 when
+numba is installed (importing this module on the first: numba takes 0.3 s to import); float64,
+the reference, runs the components' own NumPy.
 
-Same formulas as model.py, in float32 (the sums over a row, too, as NumPy's), but: e^x is
+Same formulas as components.py, in float32 (the sums over a row, too, as NumPy's), but: e^x is
 computed here (a polynomial the compiler runs in vector lanes; a call to the C library's expf
 cannot be), GELU's tanh(u) as 2 / (1 + e^(-2u)) - 1, and LayerNorm's gain and bias gradients,
 sums over thousands of rows, are summed in float64. Held to float32's tolerance against the
@@ -19,6 +20,7 @@ from numba import njit
 # FAST lets sums over a row reassociate (so that they run in vector lanes); `exp` stays out of
 # such functions: its range reduction is written for the order it is given in.
 from ..config import GELU_C, LN_EPS
+from .components import Kit
 from .kernels import EXACT, FAST, as_float, fma
 
 F = np.float32
@@ -59,7 +61,7 @@ def gelu_kernel(pre, post, t):
 
 @njit(**EXACT)
 def gelu_back_kernel(dpost, pre, t):
-    """model.gelu_backward: dpost times 0.5 (1 + t) (1 + x (1 - t) c (1 + 3 * 0.044715 x^2)),
+    """components.gelu_backward: dpost times 0.5 (1 + t) (1 + x (1 - t) c (1 + 3 * 0.044715 x^2)),
     in place."""
     for i in range(pre.shape[0]):
         x, h = pre[i], t[i]
@@ -68,7 +70,7 @@ def gelu_back_kernel(dpost, pre, t):
 
 @njit(**FAST)
 def layer_norm_kernel(x, w, b, scale, xhat, out):
-    """model.layer_norm over rows of d: x, xhat, out (S, R, d), scale (S, R), w, b (S, d)."""
+    """components.layer_norm over rows of d: x, xhat, out (S, R, d), scale (S, R), w, b (S, d)."""
     S, R, d = x.shape
     for s in range(S):
         for r in range(R):
@@ -91,7 +93,7 @@ def layer_norm_kernel(x, w, b, scale, xhat, out):
 
 @njit(**FAST)
 def layer_norm_back_kernel(dy, xhat, scale, w, dx, gw, gb):
-    """model.layer_norm_backward: dx (S, R, d) from dy, and the gain and bias gradients gw,
+    """components.layer_norm_backward: dx (S, R, d) from dy, and the gain and bias gradients gw,
     gb (S, d), summed over the rows in float64 (R is thousands of rows)."""
     S, R, d = dy.shape
     acc_w, acc_b = np.zeros(d), np.zeros(d)
@@ -149,28 +151,6 @@ def softmax_kernel(x):
             x[r, i] /= total
 
 
-@njit(**EXACT)
-def pattern_kernel(scores, mask, divisor, pattern):
-    """model.forward's attention in one pass over the scores (R, T) of each (H, Tq, T) group:
-    scores / divisor + mask kept in `scores` (the hooked scores), and the softmax of scores +
-    mask (masked again, as model.forward does) written to `pattern`, with softmax_kernel's
-    arithmetic in its order, so the bits are those of the separate passes. mask (Tq, T)."""
-    R, T = scores.shape
-    Tq = mask.shape[0]
-    for r in range(R):
-        m = r % Tq
-        for i in range(T):
-            x = scores[r, i] / divisor + mask[m, i]
-            scores[r, i] = x
-            pattern[r, i] = x + mask[m, i]
-        top = row_max(pattern, r)
-        for i in range(T):
-            pattern[r, i] = exp(pattern[r, i] - top)
-        total = row_sum(pattern, r)
-        for i in range(T):
-            pattern[r, i] /= total
-
-
 @njit(**FAST)
 def softmax_back_kernel(dp, p, divisor):
     """dp (R, T), dloss/dpattern, replaced by dloss/dscores: p (dp - sum(dp p)) / divisor
@@ -184,60 +164,67 @@ def softmax_back_kernel(dp, p, divisor):
             dp[r, i] = (dp[r, i] - mix) * p[r, i] / divisor
 
 
+# The kit: components.py's signatures over these kernels. Arrays the kernels read or write go
+# in C-contiguous (a copy where a hook handed over a strided view); results written in place
+# come back as the return value.
+
+
 def gelu(pre):
+    pre = np.ascontiguousarray(pre)
     post, t = np.empty_like(pre), np.empty_like(pre)
     gelu_kernel(pre.reshape(-1), post.reshape(-1), t.reshape(-1))
     return post, t
 
 
 def gelu_backward(dpost, pre, t):
+    dpost, pre, t = (np.ascontiguousarray(a) for a in (dpost, pre, t))
     gelu_back_kernel(dpost.reshape(-1), pre.reshape(-1), t.reshape(-1))
     return dpost
 
 
 def layer_norm(x, w, b):
+    """x (S, ..., d), w and b (S, 1, ..., 1, d): one gain and bias per seed."""
+    x = np.ascontiguousarray(x)
     S, d = x.shape[0], x.shape[-1]
     xhat, out = np.empty_like(x), np.empty_like(x)
     scale = np.empty((*x.shape[:-1], 1), x.dtype)
     layer_norm_kernel(
         x.reshape(S, -1, d),
-        w,
-        b,
+        np.ascontiguousarray(w).reshape(S, d),
+        np.ascontiguousarray(b).reshape(S, d),
         scale.reshape(S, -1),
         xhat.reshape(S, -1, d),
         out.reshape(S, -1, d),
     )
-    return scale, xhat, out
+    return out, xhat, scale
 
 
-def layer_norm_backward(dy, xhat, scale, w, gw, gb):
+def layer_norm_backward(dy, xhat, scale, w):
+    dy, xhat, scale = (np.ascontiguousarray(a) for a in (dy, xhat, scale))
     S, d = dy.shape[0], dy.shape[-1]
-    dx = np.empty_like(dy)
+    dx, gw, gb = np.empty_like(dy), np.empty(w.shape, dy.dtype), np.empty(w.shape, dy.dtype)
     layer_norm_back_kernel(
         dy.reshape(S, -1, d),
         xhat.reshape(S, -1, d),
         scale.reshape(S, -1),
-        w,
+        np.ascontiguousarray(w).reshape(S, d),
         dx.reshape(S, -1, d),
-        gw,
-        gb,
+        gw.reshape(S, d),
+        gb.reshape(S, d),
     )
-    return dx
+    return dx, gw, gb
 
 
 def softmax(x):
+    x = np.ascontiguousarray(x)
     softmax_kernel(x.reshape(-1, x.shape[-1]))
     return x
 
 
-def attention_pattern(scores, mask, divisor: float):
-    """ops.attention_pattern in one pass: (scores scaled and masked in place, pattern)."""
-    pattern = np.empty_like(scores)
-    T = scores.shape[-1]
-    pattern_kernel(scores.reshape(-1, T), mask, F(divisor), pattern.reshape(-1, T))
-    return scores, pattern
-
-
 def softmax_backward(dp, p, divisor: float):
+    dp, p = np.ascontiguousarray(dp), np.ascontiguousarray(p)
     softmax_back_kernel(dp.reshape(-1, dp.shape[-1]), p.reshape(-1, p.shape[-1]), F(divisor))
     return dp
+
+
+KIT = Kit(layer_norm, layer_norm_backward, softmax, softmax_backward, gelu, gelu_backward)

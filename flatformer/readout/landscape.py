@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FlatformerError
-from ..engine.model import activation, layer_norm
+from ..engine.components import layer_norm, mlp
 from ..transformer import Transformer
 from .plane import grid
 from .probs import entropy, softmax
@@ -28,11 +28,9 @@ def final_norm(model: Transformer, resid: np.ndarray) -> np.ndarray:
 
 
 def norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The engine's own LayerNorm on vectors (..., d), so that what is read off here equals the
+    """The model's own LayerNorm on vectors (..., d), so that what is read off here equals the
     model's numbers to the last bit."""
-    x = np.ascontiguousarray(x, dtype=np.float64)
-    _, _, out = layer_norm(x.reshape(1, 1, -1, x.shape[-1]), w[None], b[None])
-    return out.reshape(x.shape)
+    return layer_norm(np.asarray(x, dtype=np.float64), w, b)[0]
 
 
 def unembed(model: Transformer, resid: np.ndarray) -> np.ndarray:
@@ -57,8 +55,8 @@ def output_logits(model: Transformer, points: np.ndarray) -> np.ndarray:
     x = z
     if cfg.normalization == "pre_ln":
         x = norm(z, t[b + "ln2.w"], t[b + "ln2.b"])
-    hidden = activation(cfg, x @ t[b + "mlp.W_in"] + t[b + "mlp.b_in"])
-    return unembed(model, z + hidden @ t[b + "mlp.W_out"] + t[b + "mlp.b_out"])
+    weights = (t[b + "mlp.W_in"], t[b + "mlp.b_in"], t[b + "mlp.W_out"], t[b + "mlp.b_out"])
+    return unembed(model, z + mlp(x, *weights, cfg.act_fn)[0])
 
 
 @dataclass

@@ -1,0 +1,265 @@
+"""The transformer's components, each forward beside its hand-written backward, in plain NumPy
+that reads like the equations: the embeddings, LayerNorm, attention, the MLP and the
+unembedding. This is the one place the math is written in Python; the reference model
+(model.py), the edge graph (edges/graph.py) and the readouts compose these functions.
+
+Every function broadcasts over leading axes. Activations are (..., T, d); weights carry the
+same leading axes or fewer (model.py's seed axis S, the edge graph's none), so a model, S seeds
+trained together or E edge-ablated variants run through the same lines. A backward returns the
+gradient of every input it was given; a weight's gradient is summed over the rows that shared
+it.
+
+Named activations are hook points: a component calls `hook(name, x)` (TransformerLens's names
+within the component: `hook_attn_scores`, `hook_pattern`, `hook_pre`, `hook_post`) and goes on
+with what it returns. The caller puts the block in front of the name.
+
+Speed is not written here. The elementwise steps (LayerNorm, the softmax, the tanh GELU and
+their backward passes) come as a `Kit`, this module's own by default; the engine passes the
+compiled float32 kit (fused.KIT) instead, which computes the same formulas in one pass each.
+
+Shapes in comments: T positions (Tq queries, Tk keys), d d_model, dh d_head, m d_mlp, V d_vocab.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+
+from ..config import GELU_C, LN_EPS
+
+
+def no_hook(name: str, x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def sum_to(g: np.ndarray, shape: tuple) -> np.ndarray:
+    """g summed down to `shape` over the axes broadcasting added or stretched: the gradient of
+    an input that broadcasting shared among many outputs."""
+    lead = g.ndim - len(shape)
+    stretched = [lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1]
+    return g.sum((*range(lead), *stretched), keepdims=True).reshape(shape)
+
+
+# ---- linear maps: y = x W + b -------------------------------------------------------------
+
+
+def linear(x, W, b=None):
+    """y = x W (+ b): x (..., N, d_in), W (..., d_in, d_out) -> (..., N, d_out)."""
+    y = x @ W
+    if b is not None:
+        y += b
+    return y
+
+
+def weight_grad(x, dy, W):
+    """dloss/dW for y = x W: x^T dy, summed over every row W was applied to. x (..., N, d_in)
+    and dy (..., N, d_out) may carry more leading axes than W; they fold into N."""
+    lead = W.ndim - 2
+    x = x.reshape(*x.shape[:lead], -1, x.shape[-1])
+    dy = dy.reshape(*dy.shape[:lead], -1, dy.shape[-1])
+    return x.swapaxes(-1, -2) @ dy  # (..., d_in, d_out)
+
+
+def linear_backward(dy, x, W, b=None):
+    """(dx, dW, db) for y = linear(x, W, b); db is None without a bias."""
+    db = None if b is None else sum_to(dy, np.shape(b))
+    return dy @ W.swapaxes(-1, -2), weight_grad(x, dy, W), db
+
+
+# ---- embeddings: e = W_E[t] + W_pos[i] ----------------------------------------------------
+
+
+def embed(W_E, tokens):
+    """x = W_E[t]: W_E (..., V, d) and tokens (..., B, T) -> (..., B, T, d)."""
+    lead = W_E.ndim - 2
+    seeds = tuple(np.indices(W_E.shape[:lead]).reshape(lead, *W_E.shape[:lead], 1, 1))
+    return W_E[(*seeds, tokens)]
+
+
+def embed_backward(dx, tokens, W_E):
+    """dloss/dW_E: the embedding is a product with the tokens' one-hot rows, onehot(t) W_E."""
+    onehot = (tokens[..., None] == np.arange(W_E.shape[-2])).astype(dx.dtype)  # (..., B, T, V)
+    return weight_grad(onehot, dx, W_E)
+
+
+def pos_embed(W_pos, tokens):
+    """p = W_pos[i] at each position i: W_pos (..., n_ctx, d) -> (..., B, T, d), a view."""
+    T, d = tokens.shape[-1], W_pos.shape[-1]
+    return np.broadcast_to(W_pos[..., None, :T, :], (*tokens.shape, d))
+
+
+def pos_embed_backward(dp, W_pos):
+    """dloss/dW_pos: each position's row gets the sum over the sequences; rows past T get 0."""
+    dW = np.zeros_like(W_pos)
+    dW[..., : dp.shape[-2], :] = dp.sum(-3)
+    return dW
+
+
+# ---- LayerNorm: y = (x - mean x) / sqrt(var x + eps) w + b ---------------------------------
+
+
+def layer_norm(x, w, b):
+    """LayerNorm over the last axis: (y, x_hat, scale), x_hat = (x - mean x) / scale and
+    scale = sqrt(var x + eps) (..., 1), TransformerLens's hook_scale."""
+    centred = x - x.mean(-1, keepdims=True)
+    scale = np.sqrt((centred * centred).mean(-1, keepdims=True) + LN_EPS)
+    x_hat = centred / scale
+    return x_hat * w + b, x_hat, scale
+
+
+def layer_norm_backward(dy, x_hat, scale, w):
+    """(dx, dw, db): with dx_hat = dy w, dx = (dx_hat - mean dx_hat - x_hat mean(dx_hat x_hat))
+    / scale, the two means being the gradient through the mean and the variance."""
+    dx_hat = dy * w
+    dx = dx_hat - dx_hat.mean(-1, keepdims=True)
+    dx -= x_hat * (dx_hat * x_hat).mean(-1, keepdims=True)
+    dx /= scale
+    return dx, sum_to(dy * x_hat, np.shape(w)), sum_to(dy, np.shape(w))
+
+
+# ---- attention: z = softmax(q k^T / sqrt(dh) + mask) v -------------------------------------
+
+
+def softmax(x):
+    """The softmax over the last axis (-inf entries give 0); the maximum is taken out first so
+    that no exponential overflows."""
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def softmax_backward(dpattern, pattern, divisor: float):
+    """dloss/dscores for pattern = softmax(scores / divisor): pattern (dpattern - sum(dpattern
+    pattern)) / divisor per row (0 where the pattern is 0)."""
+    return (dpattern - (dpattern * pattern).sum(-1, keepdims=True)) * pattern / divisor
+
+
+@lru_cache(maxsize=None)
+def causal_mask(T: int) -> np.ndarray:
+    """(T, T) bool: True where a query may read a key (key <= query)."""
+    return np.tril(np.ones((T, T), dtype=bool))
+
+
+@lru_cache(maxsize=None)
+def causal_bias(T: int, dtype=np.float64) -> np.ndarray:
+    """Added to attention scores: 0 where a query may read a key, -inf where not (T, T)."""
+    bias = np.where(causal_mask(T), 0.0, -np.inf).astype(dtype)
+    bias.flags.writeable = False
+    return bias
+
+
+def attention(q, k, v, bias, hook=no_hook, kit=None):
+    """Each head's attention, heads on a leading axis: z = softmax(q k^T / sqrt(dh) + bias) v.
+    q (..., Tq, dh), k and v (..., Tk, dh), bias (..., Tq, Tk) 0 or -inf. Returns z (..., Tq,
+    dh) and the pattern (..., Tq, Tk)."""
+    kit = kit or REFERENCE
+    scores = hook("hook_attn_scores", q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1]) + bias)
+    # masked again, should a hook have unmasked the scores
+    pattern = hook("hook_pattern", kit.softmax(scores + bias))
+    return pattern @ v, pattern
+
+
+def attention_backward(dz, q, k, v, pattern, kit=None):
+    """(dq, dk, dv) from dloss/dz, given attention's inputs and its pattern."""
+    kit = kit or REFERENCE
+    dv = pattern.swapaxes(-1, -2) @ dz
+    dscores = kit.softmax_backward(dz @ v.swapaxes(-1, -2), pattern, math.sqrt(q.shape[-1]))
+    return dscores @ k, dscores.swapaxes(-1, -2) @ q, dv
+
+
+# ---- the MLP: out = act(x W_in + b_in) W_out + b_out ---------------------------------------
+
+
+def gelu(pre):
+    """GPT-2's tanh GELU, 0.5 x (1 + t) with t = tanh(c (x + 0.044715 x^3)): (post, t), t kept
+    for the derivative."""
+    t = np.tanh(GELU_C * (pre + 0.044715 * pre**3))
+    return 0.5 * pre * (1 + t), t
+
+
+def gelu_backward(dpost, pre, t):
+    """dpost d gelu / d pre = dpost 0.5 (1 + t) (1 + x (1 - t) c (1 + 3 * 0.044715 x^2)), from
+    0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2) with 1 - t^2 = (1 - t)(1 + t)."""
+    return dpost * 0.5 * (1 + t) * (1 + pre * (1 - t) * GELU_C * (1 + 3 * 0.044715 * pre**2))
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x):
+    """The error function, elementwise: the C library's erf (Python's math.erf) on every entry,
+    exact to the last bit, but dear (160 ns an entry, 34x np.tanh): the exact GELU serves
+    imported models, which are not trained here."""
+    x = np.asarray(x)
+    return _erf(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def gelu_erf(pre):
+    """The exact GELU, x (1 + erf(x / sqrt 2)) / 2 (PyTorch's nn.GELU())."""
+    return 0.5 * pre * (1.0 + erf(pre * (1.0 / math.sqrt(2.0))))
+
+
+def gelu_erf_grad(pre):
+    """d gelu_erf / d pre = Phi(x) + x phi(x), with Phi, phi the normal cdf and density."""
+    pdf = np.exp(-0.5 * pre * pre) * (1.0 / math.sqrt(2.0 * math.pi))
+    return 0.5 * (1.0 + erf(pre * (1.0 / math.sqrt(2.0)))) + pre * pdf
+
+
+def activation(act_fn: str, pre, kit=None):
+    """(post, saved): the MLP's nonlinearity (relu, gelu: tanh's, gelu_erf: the exact one) and
+    what its backward pass reuses."""
+    if act_fn == "relu":
+        return np.maximum(pre, 0.0), None
+    if act_fn == "gelu_erf":
+        return gelu_erf(pre), None
+    return (kit or REFERENCE).gelu(pre)
+
+
+def activation_backward(act_fn: str, dpost, pre, saved, kit=None):
+    """dloss/dpre from dloss/dpost (the kit's GELU may write over dpost)."""
+    if act_fn == "relu":
+        return dpost * (pre > 0)
+    if act_fn == "gelu_erf":
+        return dpost * gelu_erf_grad(pre)
+    return (kit or REFERENCE).gelu_backward(dpost, pre, saved)
+
+
+def mlp(x, W_in, b_in, W_out, b_out, act_fn: str, hook=no_hook, kit=None):
+    """out = act(x W_in + b_in) W_out + b_out: x (..., N, d) -> out (..., N, d), and what
+    mlp_backward needs: (pre, post, saved) (..., N, m)."""
+    pre = hook("hook_pre", linear(x, W_in, b_in))
+    post, saved = activation(act_fn, pre, kit)
+    post = hook("hook_post", post)
+    return linear(post, W_out, b_out), (pre, post, saved)
+
+
+def mlp_backward(dout, x, W_in, b_in, W_out, b_out, act_fn: str, saved, kit=None):
+    """dloss/dx and the weights' gradients (dW_in, db_in, dW_out, db_out), given mlp's
+    inputs and its saved (pre, post, saved)."""
+    pre, post, act_saved = saved
+    dpost, dW_out, db_out = linear_backward(dout, post, W_out, b_out)
+    dpre = activation_backward(act_fn, dpost, pre, act_saved, kit)
+    dx, dW_in, db_in = linear_backward(dpre, x, W_in, b_in)
+    return dx, (dW_in, db_in, dW_out, db_out)
+
+
+# ---- the elementwise steps, swappable --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kit:
+    """The elementwise steps the components call, with this module's signatures: the
+    reference's (REFERENCE) or the engine's compiled float32 ones (fused.KIT)."""
+
+    layer_norm: Callable
+    layer_norm_backward: Callable
+    softmax: Callable
+    softmax_backward: Callable
+    gelu: Callable
+    gelu_backward: Callable
+
+
+REFERENCE = Kit(layer_norm, layer_norm_backward, softmax, softmax_backward, gelu, gelu_backward)
