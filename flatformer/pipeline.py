@@ -124,12 +124,13 @@ _JOB: dict = {}  # what a forked worker draws from: set by draw_suite before the
 def draw_one(name: str) -> tuple[str, list[Path], str | None]:
     """Draw and save one figure of the current job: (name, written paths, skip message)."""
     from .figures import NotInPlane
+    from .figures.compute import NotDrawn
 
     ctx, folder, formats = _JOB["ctx"], _JOB["folder"], _JOB["formats"]
     compute, draw = _JOB["figures"][name]
     try:
         fig = draw(compute(ctx))
-    except NotInPlane as exc:
+    except (NotInPlane, NotDrawn) as exc:
         return name, [], f"skipped {name}: {exc}"
     paths = []
     for fmt in formats:

@@ -144,7 +144,11 @@ def finish(fig):
     jobs = getattr(fig, "_flatformer_labels", [])
     if zones or jobs:
         renderer = fig.canvas.get_renderer()
-        placed = np.zeros((0, 4))  # every label box so far, in figure pixels
+        # Every label box so far, in figure pixels; the legends' boxes first, so that no label
+        # lands on one.
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        placed = np.array([leg.get_window_extent(renderer).extents for leg in legends])
+        placed = placed.reshape(-1, 4)
         for ax, text, spots, land, token, segments in zones:
             box = _place_zone(renderer, ax, text, spots, land, token, segments, placed)
             placed = np.vstack([placed, box])
