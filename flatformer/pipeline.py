@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -120,18 +121,142 @@ _JOB: dict = {}  # what a forked worker draws from: set by draw_suite before the
 def draw_one(name: str) -> tuple[str, list[Path], str | None]:
     """Draw and save one figure of the current job: (name, written paths, skip message)."""
     from .figures import NotInPlane
+    from .figures.compute import NotDrawn
 
     ctx, folder, formats = _JOB["ctx"], _JOB["folder"], _JOB["formats"]
     compute, draw = _JOB["figures"][name]
     try:
         fig = draw(compute(ctx))
-    except NotInPlane as exc:
+    except (NotInPlane, NotDrawn) as exc:
         return name, [], f"skipped {name}: {exc}"
     paths = []
     for fmt in formats:
         paths.append(folder / f"{name}.{fmt}")
         save(fig, paths[-1], fmt)
     return name, paths, None
+
+
+def _die_with(parent: int):
+    """Make this forked worker end when `parent` does, even by SIGKILL: on Linux the kernel
+    kills it at once (PR_SET_PDEATHSIG), elsewhere the sweep's watcher thread notices. An
+    orphaned worker would otherwise keep drawing, and growing, on its own."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+    else:
+        from .sweep.worker import _watch_parent
+
+        _watch_parent(parent)
+
+
+def _serve(conn, parent: int):
+    """A drawing process: draw each figure name the parent sends and send back ("done",
+    draw_one's result) or ("error", the exception), until the parent sends None or is gone."""
+    import signal
+
+    _die_with(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends us
+    while True:
+        try:
+            name = conn.recv()
+        except EOFError:
+            return
+        if name is None:
+            return
+        try:
+            reply = ("done", draw_one(name))
+        except BaseException as exc:  # the parent raises it, as if drawn there
+            reply = ("error", exc)
+        try:
+            conn.send(reply)
+        except Exception as exc:  # an exception that does not pickle travels as its text
+            error = reply[1] if reply[0] == "error" else exc
+            conn.send(("error", RuntimeError(f"{type(error).__name__}: {error}")))
+
+
+class Workers:
+    """`n` forked drawing processes, each given one figure at a time, so the parent always
+    knows which figure a process is drawing. A process that dies (the kernel kills one that
+    runs out of memory) ends the command with one line naming that figure, where a
+    multiprocessing.Pool would wait forever for a result that never comes."""
+
+    def __init__(self, n: int):
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork")
+        self.procs, self.conns = [], []
+        for _ in range(n):
+            here, there = context.Pipe()
+            proc = context.Process(target=_serve, args=(there, os.getpid()), daemon=True)
+            proc.start()
+            there.close()
+            self.procs.append(proc)
+            self.conns.append(here)
+
+    def draw(self, names: list[str]):
+        """draw_one's result for each of `names`, in the order they finish."""
+        from multiprocessing.connection import wait
+
+        todo = list(names)
+        drawing: dict[int, str] = {}  # worker index -> the figure it is drawing
+        for i in range(min(len(self.procs), len(todo))):
+            drawing[i] = todo.pop(0)
+            self.conns[i].send(drawing[i])
+        while drawing:
+            ready = wait(
+                [self.conns[i] for i in drawing] + [self.procs[i].sentinel for i in drawing]
+            )
+            for i in list(drawing):
+                # A result already sent counts even when its process died just after.
+                if self.conns[i] in ready or self.conns[i].poll():
+                    try:
+                        kind, value = self.conns[i].recv()
+                    except EOFError:
+                        raise self._died(i, drawing[i]) from None
+                    if kind == "error":
+                        raise value
+                    yield value
+                    del drawing[i]
+                    if todo:
+                        drawing[i] = todo.pop(0)
+                        self.conns[i].send(drawing[i])
+                elif self.procs[i].sentinel in ready:
+                    raise self._died(i, drawing[i])
+
+    def _died(self, i: int, name: str) -> FlatformerError:
+        import signal
+
+        proc = self.procs[i]
+        proc.join(1)
+        code = proc.exitcode
+        if code is not None and code < 0:
+            how = f"was killed by {signal.Signals(-code).name}"
+            if -code == signal.SIGKILL:
+                how += " (as the kernel does to a process that runs out of memory)"
+        else:
+            how = f"exited with code {code}"
+        return FlatformerError(
+            f"drawing {name}: its process {how}; draw it alone to see why (--only {name} --jobs 1)"
+        )
+
+    def close(self):
+        """End every worker (at once: a figure half drawn is worth nothing) and reap it."""
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self.conns:
+            conn.close()
 
 
 def draw_suite(
@@ -177,18 +302,17 @@ def draw_suite(
     forking = jobs > 1 and len(names) > 1 and "fork" in multiprocessing.get_all_start_methods()
     # Workers fork before the caller's progress display draws (a display may run a refresh
     # thread, and a lock held by another thread would stay locked in the child).
-    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(names))) if forking else None
+    workers = Workers(min(jobs, len(names))) if forking else None
     try:
         progress("figures", 0, len(names), "")
-        results = pool.imap_unordered(draw_one, names) if pool else map(draw_one, names)
+        results = workers.draw(names) if workers else map(draw_one, names)
         for done, (name, paths, message) in enumerate(results, 1):
             written += paths
             skipped += [message] if message else []
             progress("figures", done, len(names), name)
     finally:
-        if pool:
-            pool.terminate()
-            pool.join()
+        if workers:
+            workers.close()
     _JOB.clear()
     order = {n: i for i, n in enumerate(names)}
     skipped.sort(key=lambda m: order[m.split()[1].rstrip(":")])

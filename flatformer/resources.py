@@ -184,14 +184,17 @@ def grid_bytes(cfg, resolution: int) -> int:
     return resolution**2 * (cfg.d_vocab + 8) * 8 * 2
 
 
+FIGURE_PASS = 256 * 2**20  # readout.points.PASS_BYTES: a figure's forward pass, few rows at a time
+
+
 def figures_memory(cfg, jobs: int, resolution: int = 200) -> int:
-    """Peak bytes of `figures`: the landscape and trace computed once before forking (shared),
-    then each drawing process's figure (its landscapes are the largest thing it makes)."""
-    return (
-        BASE_MEMORY
-        + grid_bytes(cfg, resolution)
-        + jobs * (RENDER_PROCESS + grid_bytes(cfg, resolution))
-    )
+    """Peak bytes of `figures`: the weights, the landscape (a plane model's only) and one
+    forward pass (its cache: a few sequences, at least one of n_ctx tokens) computed before
+    forking (shared), then each drawing process's own figure, landscape and forward pass."""
+    grid = grid_bytes(cfg, resolution) if cfg.d_model == 2 else 0
+    forward = max(FIGURE_PASS, cfg.n_ctx * per_token_floats(cfg) * 8)
+    shared = 3 * cfg.n_params * 8 + grid + forward
+    return BASE_MEMORY + shared + jobs * (RENDER_PROCESS + grid + forward)
 
 
 def compare_memory(cfg, seeds: int, landscapes: bool) -> int:

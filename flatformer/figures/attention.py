@@ -15,6 +15,7 @@ from .panels import (
     colorbar,
     field_image,
     finish,
+    footnote,
     new_figure,
     plane_axes,
     styled,
@@ -37,6 +38,7 @@ class QKSpace:
     field: C.Field  # q_focus . k / sqrt(dh) over the plane
     note: str
     title: str
+    positions: np.ndarray  # (T,) the position of each point column
 
 
 def compute_qk_space(ctx: FigureContext, head: int = 0, resolution: int = 160) -> QKSpace:
@@ -46,22 +48,23 @@ def compute_qk_space(ctx: FigureContext, head: int = 0, resolution: int = 160) -
     plane = proj.qk_plane(head)
     q, k = plane.project(proj.q[:, :, head]), plane.project(proj.k[:, :, head])
     limits = C.square_limits(q, k)
-    query = proj.q[ctx.focus, ctx.focus_position, head]
-    fld = C.qk_field(query, plane, limits, resolution)
-    notes = [ctx.block_note()] + ([] if plane.is_identity else [C.SLICE_NOTE])
+    focus, at = ctx.shown_focus
+    fld = C.qk_field(proj.q[focus, at, head], plane, limits, resolution)
+    notes = [ctx.block_note(), ctx.shown.note] + ([] if plane.is_identity else [C.SLICE_NOTE])
     return QKSpace(
-        ctx.vocab,
-        ctx.colors,
+        ctx.shown_vocab,
+        ctx.shown_colors,
         q,
         k,
         plane,
         limits,
         C.fitted_limits(q, k),
-        ctx.focus,
+        focus,
         ctx.focus_position,
         fld,
         "; ".join(n for n in notes if n),
         ctx.title,
+        ctx.shown.positions,
     )
 
 
@@ -90,7 +93,7 @@ def draw_qk_space(data: QKSpace, fig=None):
     ax_joint.set_title("(a) every query and key")
 
     image = field_image(ax_focus, data.field, alpha=0.85)
-    visible = np.arange(T) <= data.focus_position
+    visible = data.positions <= data.focus_position
     keys = data.keys.copy()
     hidden = keys[:, ~visible].reshape(-1, 2)
     ax_focus.scatter(
@@ -113,8 +116,10 @@ def draw_qk_space(data: QKSpace, fig=None):
         marker="^",
         edge="white",
         fontsize=5,
+        positions=data.positions[visible],
     )
-    qx, qy = data.queries[data.focus, data.focus_position]
+    at = int(np.searchsorted(data.positions, data.focus_position))
+    qx, qy = data.queries[data.focus, at]
     ax_focus.scatter(
         [qx],
         [qy],
@@ -148,14 +153,24 @@ class FocusScores:
     blocks: np.ndarray  # (V, T, T): [key token, query position, key position], NaN masked
     note: str
     title: str
+    positions: np.ndarray  # (T,) the position of each row and column of a block
+    shown: str = ""  # which points a large model's figure shows ("": all)
 
 
 def compute_trigger_qk_scores(ctx: FigureContext, head: int = 0) -> FocusScores:
-    """Pre-softmax scores of the focus token's queries (every position) against every key,
-    one (query position x key position) block per key token."""
-    scores = C.point_scores(ctx.projections, head)  # (V, T, V, T)
+    """Pre-softmax scores of the focus token's queries (every shown position) against every
+    shown key, one (query position x key position) block per key token."""
+    focus, _ = ctx.shown_focus
+    positions = ctx.shown.positions
+    scores = C.point_scores(ctx.projections, head, positions, query=focus)  # (T, V, T)
     return FocusScores(
-        ctx.vocab, ctx.focus, scores[ctx.focus].transpose(1, 0, 2), ctx.block_note(), ctx.title
+        ctx.shown_vocab,
+        focus,
+        scores.transpose(1, 0, 2),
+        ctx.block_note(),
+        ctx.title,
+        positions,
+        ctx.shown.note,
     )
 
 
@@ -174,8 +189,9 @@ def draw_trigger_qk_scores(data: FocusScores, fig=None):
             continue
         image = ax.imshow(data.blocks[b], cmap=cmap(style.DIVERGING), vmin=-vmax, vmax=vmax)
         ax.set_title(f"key {data.vocab[b]}", fontsize=7, pad=2)
-        ax.set_xticks(range(0, T, max(1, T // 4)))
-        ax.set_yticks(range(0, T, max(1, T // 4)))
+        ticks = range(0, T, max(1, T // 4))
+        ax.set_xticks(ticks, [str(data.positions[t]) for t in ticks])
+        ax.set_yticks(ticks, [str(data.positions[t]) for t in ticks])
         ax.tick_params(length=0, labelsize=5)
         if b % ncols == 0:
             ax.set_ylabel(f"{focus} query position", labelpad=1)
@@ -183,12 +199,13 @@ def draw_trigger_qk_scores(data: FocusScores, fig=None):
             ax.set_xlabel("key position", labelpad=1)
     colorbar(fig, image, list(axes), "q · k / √d_head", shrink=0.7)
     extra = f" ({data.note})" if data.note else ""
-    fig.suptitle(
+    return finish(  # wrapped: a deep model's block note makes the title wider than the page
+        fig,
+        data.shown,
         f"Scores of every '{focus}' query against each key token, before the softmax "
         f"(gray: masked){extra}: {data.title}",
         fontsize=8,
     )
-    return fig
 
 
 @dataclass
@@ -198,12 +215,23 @@ class FullScores:
     n_ctx: int
     note: str
     title: str
+    positions: np.ndarray  # (T,) the position of each point within a token's block
+    shown: str = ""  # which points a large model's figure shows ("": all)
 
 
 def compute_qk_full(ctx: FigureContext, head: int = 0) -> FullScores:
-    scores = C.point_scores(ctx.projections, head)
+    positions = ctx.shown.positions
+    scores = C.point_scores(ctx.projections, head, positions)
     V, T = scores.shape[:2]
-    return FullScores(ctx.vocab, scores.reshape(V * T, V * T), T, ctx.block_note(), ctx.title)
+    return FullScores(
+        ctx.shown_vocab,
+        scores.reshape(V * T, V * T),
+        T,
+        ctx.block_note(),
+        ctx.title,
+        positions,
+        ctx.shown.note,
+    )
 
 
 @styled
@@ -223,9 +251,15 @@ def draw_qk_full(data: FullScores, fig=None):
     ax.set_xticks(centres, data.vocab, fontsize=fs)
     ax.set_yticks(centres, data.vocab, fontsize=fs)
     ax.tick_params(length=0)
-    ax.set_xlabel(f"key: token (positions 0..{T - 1} within each block)")
-    ax.set_ylabel(f"query: token (positions 0..{T - 1} within each block)")
+    if list(data.positions) == list(range(T)):
+        within = f"positions 0..{T - 1}"
+    else:
+        within = "positions " + ",".join(map(str, data.positions))
+    ax.set_xlabel(f"key: token ({within} within each block)")
+    ax.set_ylabel(f"query: token ({within} within each block)")
     colorbar(fig, image, ax, "q · k / √d_head")
+    if data.shown:
+        footnote(fig, data.shown)
     extra = f" ({data.note})" if data.note else ""
     fig.suptitle(
         f"Every query against every key, before the softmax (gray: masked){extra}: {data.title}",

@@ -10,7 +10,7 @@ from ..labels import labels
 from ..errors import FlatformerError
 from ..runs import Run
 from . import compute as C
-from .style import token_colors
+from .style import OTHER_COLOR, token_colors
 
 
 class FigureContext:
@@ -55,8 +55,40 @@ class FigureContext:
         return self.split[1]
 
     @cached_property
+    def shown(self) -> C.Shown:
+        """The tokens and positions the point figures show (every one of a small model)."""
+        counts = np.zeros(self.cfg.d_vocab)
+        if self.cfg.d_vocab * self.cfg.n_ctx > C.MAX_POINTS:  # only then are tokens chosen
+            counts = np.bincount(np.concatenate(self.held_out), minlength=self.cfg.d_vocab)
+        return C.shown_points(
+            self.cfg.d_vocab, self.cfg.n_ctx, counts, self.focus, self.focus_position
+        )
+
+    @cached_property
     def colors(self) -> list[str]:
-        return token_colors(self.run.vocab, self.task.focus or None)
+        """A colour per token of the vocabulary: when the figures show only some tokens, those
+        take the palette's distinct colours and the others one gray."""
+        focus = self.task.focus or None
+        if len(self.shown.tokens) == self.cfg.d_vocab:
+            return token_colors(self.run.vocab, focus)
+        picked = token_colors([self.run.vocab[t] for t in self.shown.tokens], focus)
+        colors = [OTHER_COLOR] * self.cfg.d_vocab
+        for t, color in zip(self.shown.tokens, picked):
+            colors[t] = color
+        return colors
+
+    @property
+    def shown_vocab(self) -> list[str]:
+        return [self.vocab[t] for t in self.shown.tokens]
+
+    @property
+    def shown_colors(self) -> list[str]:
+        return [self.colors[t] for t in self.shown.tokens]
+
+    @property
+    def shown_focus(self) -> tuple[int, int]:
+        """The focus token and position as indices into the shown points."""
+        return self.shown.local(self.focus, self.focus_position)
 
     @cached_property
     def focus(self) -> int:
@@ -68,11 +100,19 @@ class FigureContext:
 
     @cached_property
     def embeddings(self) -> C.Embeddings:
-        return C.embeddings(self.model, self.vocab)
+        """The shown points' embeddings (every point's, for a small model)."""
+        if self.shown.every:
+            return C.embeddings(self.model, self.vocab)
+        return C.embeddings(
+            self.model, self.vocab, tokens=self.shown.tokens, positions=self.shown.positions
+        )
 
     @cached_property
     def projections(self) -> C.Projections:
-        return C.projections(self.model)
+        """The shown points' queries, keys and values (every point's, for a small model)."""
+        if self.shown.every:
+            return C.projections(self.model)
+        return C.projections(self.model, self.shown.tokens, self.shown.positions)
 
     @cached_property
     def trace(self) -> C.Trace:

@@ -38,13 +38,15 @@ class EmbeddingFigure:
     combined_2d: np.ndarray  # (V, T, 2)
     planes: dict  # "token", "position", "combined" -> Plane
     title: str
+    positions: np.ndarray  # (T,) the position of each row of `position`
+    shown: str = ""  # which points a large model's figure shows ("": all)
 
 
 def compute_embeddings(ctx: FigureContext) -> EmbeddingFigure:
     e = ctx.embeddings
     return EmbeddingFigure(
-        ctx.vocab,
-        ctx.colors,
+        e.vocab,
+        ctx.shown_colors,
         e.token,
         e.position,
         np.moveaxis(e.combined_2d, -1, 0),
@@ -53,13 +55,17 @@ def compute_embeddings(ctx: FigureContext) -> EmbeddingFigure:
         e.combined_2d,
         {"token": e.token_plane, "position": e.position_plane, "combined": e.plane},
         ctx.title,
+        ctx.shown.positions,
+        ctx.shown.note,
     )
 
 
 def dim_names(n: int) -> list[str]:
-    """Column names 1..n of a vector heatmap; past 8 only every 4th is written, so that a
-    16-dim stream's labels do not run into each other."""
-    return [str(i + 1) if n <= 8 or i == 0 or (i + 1) % 4 == 0 else "" for i in range(n)]
+    """Column names 1..n of a vector heatmap; past 8 only the first and every k-th is written
+    (k = 4 up to 32 dims, 8 up to 64, ...: at most nine names), so that a 16-dim or a 256-dim
+    stream's labels do not run into each other."""
+    k = 4 * -(-n // 32)
+    return [str(i + 1) if n <= 8 or i == 0 or (i + 1) % k == 0 else "" for i in range(n)]
 
 
 @styled
@@ -73,10 +79,11 @@ def draw_embeddings(data: EmbeddingFigure, fig=None):
     heatmap(
         axes[0], data.token, rows=data.vocab, cols=dim_names(d), annotate=small, title="token x"
     )
+    positions = [str(t) for t in data.positions]
     heatmap(
         axes[1],
         data.position,
-        rows=[str(t) for t in range(T)],
+        rows=positions,
         cols=dim_names(d),
         annotate=small,
         title="position p",
@@ -88,7 +95,7 @@ def draw_embeddings(data: EmbeddingFigure, fig=None):
             ax,
             values,
             rows=data.vocab,
-            cols=[str(t) for t in range(T)],
+            cols=positions,
             vmin=-vmax,
             vmax=vmax,
             annotate=False,
@@ -108,16 +115,24 @@ def draw_embeddings(data: EmbeddingFigure, fig=None):
     ax_pos.plot(*data.position_2d.T, color="#999999", lw=0.6, zorder=1)
     ax_pos.scatter(*data.position_2d.T, c=np.arange(T), cmap=style.SEQUENTIAL, s=14, zorder=3)
     style.queue_labels(
-        ax_pos, data.position_2d, [("p", t) for t in range(T)], ["#333333"] * T, fontsize=5.5
+        ax_pos, data.position_2d, [("p", t) for t in data.positions], ["#333333"] * T, fontsize=5.5
     )
     plane_axes(ax_pos, lim, data.planes["position"])
     ax_pos.set_title("positions p (the ladder)")
     ax = right.subplots()
-    token_points(ax, data.combined_2d, data.colors, data.vocab, label="all", size=10)
+    token_points(
+        ax,
+        data.combined_2d,
+        data.colors,
+        data.vocab,
+        label="all",
+        size=10,
+        positions=data.positions,
+    )
     plane_axes(ax, C.square_limits(data.combined_2d), data.planes["combined"])
-    ax.set_title(f"All {V} x {T} combined embeddings e = x + p (label: token, position)")
-    fig.suptitle(f"Embeddings: {data.title}", fontsize=8)
-    return fig
+    which = "The" if data.shown else "All"
+    ax.set_title(f"{which} {V} x {T} combined embeddings e = x + p (label: token, position)")
+    return finish(fig, data.shown, f"Embeddings: {data.title}", fontsize=8)
 
 
 @dataclass
@@ -131,6 +146,7 @@ class QKVFigure:
     limits: dict  # space -> limits; query and key share theirs (compared by q.k)
     note: str
     title: str
+    positions: np.ndarray  # (T,) the position of each point column
 
 
 def compute_qkv(ctx: FigureContext, head: int = 0) -> QKVFigure:
@@ -149,15 +165,16 @@ def compute_qkv(ctx: FigureContext, head: int = 0) -> QKVFigure:
     qk = C.square_limits(spaces["query"], spaces["key"])
     limits = {"query": qk, "key": qk, "value": C.square_limits(spaces["value"])}
     return QKVFigure(
-        ctx.vocab,
-        ctx.colors,
+        e.vocab,
+        ctx.shown_colors,
         e.combined_2d,
         spaces,
         planes,
         weights,
         limits,
-        ctx.block_note(),
+        "; ".join(n for n in (ctx.block_note(), ctx.shown.note) if n),
         ctx.title,
+        ctx.shown.positions,
     )
 
 
@@ -221,6 +238,7 @@ class QKVOverview:
     sequence: dict  # space -> (T, 2): the traced sequence's points
     sequence_keys: list  # (token, position) per sequence position
     sequence_text: str
+    sequence_colors: list  # per sequence position
 
 
 def compute_qkv_overview(ctx: FigureContext, head: int = 0) -> QKVOverview:
@@ -232,7 +250,8 @@ def compute_qkv_overview(ctx: FigureContext, head: int = 0) -> QKVOverview:
         for name, letter in zip(SPACES, "qkv")
     }
     keys = [(ctx.vocab[t], i) for i, t in enumerate(ctx.trace.tokens)]
-    return QKVOverview(qkv, seq, keys, " ".join(ctx.trace.token_text))
+    colors = [ctx.colors[t] for t in ctx.trace.tokens]
+    return QKVOverview(qkv, seq, keys, " ".join(ctx.trace.token_text), colors)
 
 
 @styled
@@ -255,7 +274,7 @@ def draw_qkv_overview(data: QKVOverview, fig=None):
         row[1].set_title(f"all points in {name} space", color=SPACE_COLORS[name])
         backdrop(row[2], q.spaces[name])
         seq = data.sequence[name]
-        colors = [q.colors[q.vocab.index(t)] for t, _ in data.sequence_keys]
+        colors = data.sequence_colors
         row[2].scatter(*seq.T, c=colors, s=16, zorder=3, edgecolors="white", linewidths=0.4)
         style.queue_labels(row[2], seq, data.sequence_keys, colors, fontsize=6)
         plane_axes(row[2], q.limits[name], q.planes[name])
@@ -273,6 +292,7 @@ class QKVDimensions:
     axis_names: dict  # space -> (name 1, name 2)
     note: str
     title: str
+    positions: np.ndarray  # (T,) the position of each column
 
 
 def compute_qkv_dimensions(ctx: FigureContext, head: int = 0) -> QKVDimensions:
@@ -280,7 +300,7 @@ def compute_qkv_dimensions(ctx: FigureContext, head: int = 0) -> QKVDimensions:
     qkv = compute_qkv(ctx, head)
     values = {n: np.moveaxis(qkv.spaces[n], -1, 0) for n in SPACES}
     names = {n: qkv.planes[n].axis_labels() for n in SPACES}
-    return QKVDimensions(ctx.vocab, values, names, qkv.note, ctx.title)
+    return QKVDimensions(qkv.vocab, values, names, qkv.note, ctx.title, qkv.positions)
 
 
 @styled
@@ -290,12 +310,11 @@ def draw_qkv_dimensions(data: QKVDimensions, fig=None):
     for row, name in zip(axes, SPACES):
         vmax = np.abs(data.values[name]).max()
         for ax, values, axis in zip(row, data.values[name], data.axis_names[name]):
-            T = values.shape[1]
             image = heatmap(
                 ax,
                 values,
                 rows=data.vocab,
-                cols=[str(t) for t in range(T)],
+                cols=[str(t) for t in data.positions],
                 vmin=-vmax,
                 vmax=vmax,
                 annotate=False,

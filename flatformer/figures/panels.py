@@ -172,11 +172,13 @@ def token_points(
     zorder=3,
     hollow: bool = False,
     lw: float = 0.6,
+    positions=None,
 ):
     """Scatter V x T points (xy (V, T, 2)) in their tokens' colours.
 
-    label: "all" labels every point (token + position subscript, de-overlapped), "token" one
-    label per token at its last position, None no labels.
+    label: "all" labels every point (token + position subscript, de-overlapped; `positions`
+    names the position of each column, 0..T-1 by default), "token" one label per token at its
+    last position, None no labels.
     """
     xy = np.asarray(xy)
     V, T = xy.shape[:2]
@@ -188,7 +190,8 @@ def token_points(
     else:
         ax.scatter(flat[:, 0], flat[:, 1], c=list(c), edgecolors=edge or "none", **kw)
     if label == "all":
-        keys = [(vocab[v], t) for v in range(V) for t in range(T)]
+        where = range(T) if positions is None else [int(t) for t in positions]
+        keys = [(vocab[v], t) for v in range(V) for t in where]
         style.queue_labels(ax, flat, keys, list(c), fontsize=fontsize)
     elif label == "token":
         style.queue_labels(

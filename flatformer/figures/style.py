@@ -30,6 +30,7 @@ PALETTE = [
 ]
 FOCUS_COLOR = "#000000"  # the focus token (e.g. `+`) is black in every figure
 MASKED_COLOR = "#BBBBBB"  # points hidden by the causal mask, unconstrained cells
+OTHER_COLOR = "#999999"  # tokens a large vocabulary's figures do not single out
 CORRECT_COLOR = "#009E73"
 WRONG_COLOR = "#D55E00"
 QUERY_COLOR, KEY_COLOR, VALUE_COLOR = "#0072B2", "#D55E00", "#009E73"
@@ -143,7 +144,11 @@ def finish(fig):
     jobs = getattr(fig, "_flatformer_labels", [])
     if zones or jobs:
         renderer = fig.canvas.get_renderer()
-        placed = np.zeros((0, 4))  # every label box so far, in figure pixels
+        # Every label box so far, in figure pixels; the legends' boxes first, so that no label
+        # lands on one.
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        placed = np.array([leg.get_window_extent(renderer).extents for leg in legends])
+        placed = placed.reshape(-1, 4)
         for ax, text, spots, land, token, segments in zones:
             box = _place_zone(renderer, ax, text, spots, land, token, segments, placed)
             placed = np.vstack([placed, box])
@@ -169,16 +174,33 @@ COUNTED = 4  # a label for more points than this names its tokens and counts the
 
 def _groups(px: np.ndarray, radius: float) -> list[list[int]]:
     """Groups of points within `radius` pixels of their group's first point (leader
-    clustering: unlike single linkage it never chains a whole line of points into one)."""
-    dist = np.linalg.norm(px[:, None] - px[None], axis=-1)
+    clustering: unlike single linkage it never chains a whole line of points into one). A k-d
+    tree finds the neighbours: memory grows with the points, not with their pairs."""
+    from scipy.spatial import cKDTree
+
+    tree = cKDTree(px)
     free = np.ones(len(px), dtype=bool)
     groups = []
     for i in range(len(px)):
         if free[i]:
-            members = np.flatnonzero(free & (dist[i] < radius))
+            near = np.array(tree.query_ball_point(px[i], _below(radius)), dtype=int)
+            members = np.sort(near[free[near]])
             free[members] = False
             groups.append(list(members))
     return groups
+
+
+def _below(radius: float) -> float:
+    """The largest float under `radius`: a k-d tree's ball includes its edge, the groups and
+    crowd counts exclude it."""
+    return float(np.nextafter(radius, 0.0))
+
+
+def _crowd(px: np.ndarray, radius: float) -> np.ndarray:
+    """How many points (itself included) lie within `radius` of each point."""
+    from scipy.spatial import cKDTree
+
+    return cKDTree(px).query_ball_point(px, _below(radius), return_length=True)
 
 
 def marker_boxes(ax) -> np.ndarray:
@@ -250,8 +272,7 @@ def _place(renderer, ax, xy, keys, colors, fontsize, merge_px, placed):
         return [], np.zeros((0, 4)), False
     groups = [[idx[i] for i in g] for g in _groups(px[idx], merge_px * px_per_pt)]
     # Hardest first would push easy labels away; isolated points go first and keep their spot.
-    near = (np.linalg.norm(px[idx][:, None] - px[idx][None], axis=-1) < 25 * px_per_pt).sum(1)
-    crowd = dict(zip(idx, near))
+    crowd = dict(zip(idx, _crowd(px[idx], 25 * px_per_pt)))
     groups.sort(key=lambda g: max(crowd[i] for i in g))
     own = np.column_stack([px[idx] - 1.0, px[idx] + 1.0])
     # Every marker the axes draw, in pixels, with a pixel and a half to spare (a glyph's ink

@@ -42,13 +42,21 @@ def compute_value_arrows(ctx: FigureContext, n: int = 160) -> ValueArrows:
     the model's guess is right."""
     keep = evenly_spaced(len(ctx.rule_windows[0]), n)
     inputs, index, targets, allowed = (a[keep] for a in ctx.rule_windows)
-    logits, cache = ctx.model.run_with_cache(inputs)
     b = f"blocks.{ctx.cfg.n_layers - 1}."
-    rows = np.arange(len(inputs))
-    e = cache[b + "hook_resid_pre"][rows, index]
-    moved = cache[b + "hook_attn_out"][rows, index]
-    z = cache[b + ("hook_resid_post" if ctx.cfg.attn_only else "hook_resid_mid")][rows, index]
-    correct = allowed[rows, logits[rows, index].argmax(-1)]
+    names = (b + "hook_resid_pre", b + "hook_attn_out")
+    names += (b + ("hook_resid_post" if ctx.cfg.attn_only else "hook_resid_mid"),)
+    # A few windows per pass, keeping only each window's prediction: every activation of 160
+    # windows at once would be the largest thing a large model's figures make.
+    step = C.rows_per_pass(ctx.cfg, inputs.shape[1])
+    parts, guesses = {name: [] for name in names}, []
+    for start in range(0, len(inputs), step):
+        logits, cache = ctx.model.run_with_cache(inputs[start : start + step])
+        rows, at = np.arange(len(logits)), index[start : start + step]
+        for name in names:
+            parts[name].append(cache[name][rows, at])
+        guesses.append(logits[rows, at].argmax(-1))
+    e, moved, z = (np.concatenate(parts[name]) for name in names)
+    correct = allowed[np.arange(len(inputs)), np.concatenate(guesses)]
     if ctx.cfg.d_model == 2:
         plane = ctx.embeddings.plane
         limits = C.square_limits(plane.project(e), plane.project(z))

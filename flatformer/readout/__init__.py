@@ -48,6 +48,7 @@ from .points import (
     point_scores,
     projections,
     qk_field,
+    rows_per_pass,
     write_heads,
 )
 from .probs import KL_DIRECTION, entropy, kl_divergence, knob_kl, log_softmax, softmax
@@ -97,6 +98,7 @@ __all__ = [
     "positions_off",
     "projections",
     "qk_field",
+    "rows_per_pass",
     "reference_windows",
     "require_plane",
     "scale_scores",

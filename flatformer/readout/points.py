@@ -29,6 +29,55 @@ def all_points(model: Transformer) -> dict[str, np.ndarray]:
     return model.run_with_cache(all_points_tokens(model.cfg.d_vocab, model.cfg.n_ctx))[1]
 
 
+# What `embeddings` and `projections` read of the all-points batch.
+POINT_HOOKS = (
+    "hook_embed",
+    "hook_pos_embed",
+    "blocks.0.attn.hook_q",
+    "blocks.0.attn.hook_k",
+    "blocks.0.attn.hook_v",
+)
+PASS_BYTES = 256 * 2**20  # a forward pass's cache when only some points are wanted (resources
+# .FIGURE_PASS counts it in the figures' estimate; a test holds them equal)
+
+
+def rows_per_pass(cfg: ModelConfig, width: int, budget: int = PASS_BYTES) -> int:
+    """Sequences of `width` tokens one forward pass may take within `budget` bytes of cache
+    (every activation is kept), at least one."""
+    from ..resources import per_token_floats
+
+    return max(1, budget // (width * per_token_floats(cfg) * 8))
+
+
+def some_points(model: Transformer, tokens, positions) -> dict[str, np.ndarray]:
+    """POINT_HOOKS of the all-points batch restricted to `tokens` x `positions` (leading axes
+    (len(tokens), len(positions))). The rows run a few at a time (`rows_per_pass`) and keep
+    only these hooks at these positions: the whole batch of a large model (its logits alone
+    are V x T x V) need never exist."""
+    tokens, positions = np.asarray(tokens, dtype=int), np.asarray(positions, dtype=int)
+    width = int(positions.max()) + 1  # causal: later positions change nothing before them
+    step = rows_per_pass(model.cfg, width)
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in POINT_HOOKS}
+    for start in range(0, len(tokens), step):
+        rows = np.repeat(tokens[start : start + step, None], width, axis=1)
+        cache = model.run_with_cache(rows)[1]
+        for name in POINT_HOOKS:
+            parts[name].append(cache[name][:, positions])
+    return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+
+
+def _points(model: Transformer, tokens, positions) -> dict[str, np.ndarray]:
+    """The all-points activations, of every point or of `tokens` x `positions`."""
+    if tokens is None and positions is None:
+        return all_points(model)
+    every_token, every_position = np.arange(model.cfg.d_vocab), np.arange(model.cfg.n_ctx)
+    return some_points(
+        model,
+        every_token if tokens is None else tokens,
+        every_position if positions is None else positions,
+    )
+
+
 def combined_points(model: Transformer) -> np.ndarray:
     """e = x + p for every token at every position: (V, T, d)."""
     cache = all_points(model)
@@ -85,22 +134,29 @@ class Embeddings:
         return self.position_plane.project(self.position)
 
 
-def embeddings(model: Transformer, vocab: list[str], plane: Plane | None = None) -> Embeddings:
-    """Every token, position and token + position point of the model's embedding space.
+def embeddings(
+    model: Transformer,
+    vocab: list[str],
+    plane: Plane | None = None,
+    tokens=None,
+    positions=None,
+) -> Embeddings:
+    """Every token, position and token + position point of the model's embedding space, or
+    those of `tokens` (vocabulary indices) at `positions` (then `vocab` and every array follow
+    that choice, in its order).
 
     The combined points come from `hook_embed + hook_pos_embed` of the all-points batch, so they
     are exactly the residual stream the engine starts from. `plane` fixes the drawing plane (e.g.
     one plane for all frames of a movie).
     """
-    V, T = model.cfg.d_vocab, model.cfg.n_ctx
-    cache = all_points(model)
+    cache = _points(model, tokens, positions)
     combined = cache["hook_embed"] + cache["hook_pos_embed"]  # (V, T, d)
-    labels = np.array(
-        [[point_label(vocab[v], t) for t in range(T)] for v in range(V)], dtype=object
-    )
+    names = list(vocab) if tokens is None else [vocab[t] for t in tokens]
+    where = range(model.cfg.n_ctx) if positions is None else positions
+    labels = np.array([[point_label(name, int(t)) for t in where] for name in names], dtype=object)
     token, position = cache["hook_embed"][:, 0], cache["hook_pos_embed"][0]
     return Embeddings(
-        list(vocab),
+        names,
         token,
         position,
         combined,
@@ -131,20 +187,27 @@ class Projections:
         return fit_plane(np.concatenate([self.q[:, :, head], self.k[:, :, head]]))
 
 
-def projections(model: Transformer) -> Projections:
-    """Q, K, V of all V x T combined points, read from block 0's hook_q/k/v."""
-    cache = all_points(model)
+def projections(model: Transformer, tokens=None, positions=None) -> Projections:
+    """Q, K, V of all V x T combined points (or of `tokens` x `positions`), read from block 0's
+    hook_q/k/v."""
+    cache = _points(model, tokens, positions)
     q, k, v = (cache[f"blocks.0.attn.hook_{n}"] for n in "qkv")
     return Projections(q, k, v, head_outputs(model, v, layer=0), model.cfg.d_head)
 
 
-def point_scores(proj: Projections, head: int = 0) -> np.ndarray:
+def point_scores(proj: Projections, head: int = 0, positions=None, query=None) -> np.ndarray:
     """Pre-softmax scores q_(a,t) . k_(b,s) / sqrt(dh) between every query point (a, t) and key
-    point (b, s): (V, T, V, T), NaN where the causal mask hides the key (s > t)."""
+    point (b, s): (V, T, V, T), NaN where the causal mask hides the key (s > t). `positions`
+    names the position of each point column (0..T-1 by default); `query`, a token index, keeps
+    only that token's queries: (T, V, T)."""
     q, k = proj.q[:, :, head], proj.k[:, :, head]
-    scores = np.einsum("ati,bsi->atbs", q, k) / math.sqrt(proj.d_head)
     T = q.shape[1]
-    hidden = np.arange(T)[None, :] > np.arange(T)[:, None]  # (t, s)
+    at = np.arange(T) if positions is None else np.asarray(positions)
+    hidden = at[None, :] > at[:, None]  # (t, s)
+    if query is not None:
+        scores = np.einsum("ti,bsi->tbs", q[query], k) / math.sqrt(proj.d_head)
+        return np.where(hidden[:, None, :], np.nan, scores)
+    scores = np.einsum("ati,bsi->atbs", q, k) / math.sqrt(proj.d_head)
     return np.where(hidden[None, :, None, :], np.nan, scores)
 
 
