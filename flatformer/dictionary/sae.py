@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import FlatformerError
 
 KINDS = ("relu", "topk", "batchtopk", "jumprelu")
+OFF = -1e30
 PARAMS = ("W_enc", "b_enc", "W_dec", "b_dec", "log_threshold")
 
 
@@ -108,9 +109,11 @@ def init_stack(
     threshold: float = 0.01,
     bandwidth: float = 0.05,
 ) -> Stack:
-    """A fresh stack: decoder rows random unit directions, the encoder their transpose (Gao et
-    al. 2024, Section 2.3; Anthropic's April 2024 update), b_enc 0, b_dec the data mean if
-    given, JumpReLU thresholds at `threshold` (SAELens's jumprelu_init_threshold)."""
+    """A fresh stack: decoder rows random directions, the encoder their transpose, b_enc 0
+    (Gao et al. 2024, Section 2.3; Anthropic's April 2024 update), b_dec the data mean if
+    given, JumpReLU thresholds at `threshold` (SAELens's jumprelu_init_threshold). The rows are
+    unit for the kinds that hold them there; relu's start at norm 0.1 (Anthropic 2024), so
+    that the sum of many positive latents does not start far from the data."""
     if kind not in KINDS:
         raise FlatformerError(f"unknown dictionary kind {kind!r}: one of {', '.join(KINDS)}")
     widths = np.asarray(widths, dtype=np.int64)
@@ -124,6 +127,8 @@ def init_stack(
     rng = np.random.default_rng(seed)
     W_dec = rng.standard_normal((S, M, d_out))
     W_dec /= np.linalg.norm(W_dec, axis=-1, keepdims=True)
+    if kind == "relu":
+        W_dec *= 0.1
     if d_in == d_out:
         W_enc = W_dec.transpose(0, 2, 1).copy()
     else:
@@ -147,15 +152,15 @@ def init_stack(
 
 
 def pre_activations(stack: Stack, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The encoder's input xc (S, N, d_in) and pre-activations (S, N, M), -inf where a member
-    has no latent."""
+    """The encoder's input xc (S, N, d_in) and pre-activations (S, N, M), OFF (below anything
+    a latent holds, and finite, so that 0 * OFF is 0) where a member has no latent."""
     xc = (
         x[None] - stack.b_dec[:, None, :]
         if stack.centre
         else np.broadcast_to(x, (stack.size,) + x.shape)
     )
     pre = xc @ stack.W_enc + stack.b_enc[:, None, :]
-    return xc, np.where(stack.alive[:, None, :], pre, -np.inf)
+    return xc, np.where(stack.alive[:, None, :], pre, OFF)
 
 
 def top_gate(values: np.ndarray, k: int) -> np.ndarray:
@@ -196,7 +201,7 @@ def gates(stack: Stack, pre: np.ndarray, training: bool = True) -> np.ndarray:
 def encode(stack: Stack, x: np.ndarray, training: bool = False) -> np.ndarray:
     """Latent activations f (S, N, M) of x (N, d_in), as at inference unless `training`."""
     _, pre = pre_activations(stack, x)
-    return np.where(gates(stack, pre, training) > 0, pre, 0.0)
+    return pre * gates(stack, pre, training)
 
 
 def decode(stack: Stack, f: np.ndarray) -> np.ndarray:
@@ -216,7 +221,7 @@ def loss_and_grads(stack: Stack, x: np.ndarray, y: np.ndarray, dead: np.ndarray 
     N = x.shape[0]
     xc, pre = pre_activations(stack, x)
     gate = gates(stack, pre, training=True)
-    f = np.where(gate > 0, pre, 0.0)
+    f = pre * gate
     x_hat = f @ stack.W_dec + stack.b_dec[:, None, :]
     err = x_hat - y[None]
     mse = (err**2).sum(-1).mean(-1)
@@ -234,7 +239,7 @@ def loss_and_grads(stack: Stack, x: np.ndarray, y: np.ndarray, dead: np.ndarray 
     g_pre = g_f * gate
     if stack.kind == "jumprelu":
         theta = np.exp(stack.log_threshold)[:, None, :]
-        kernel = rectangle((np.where(np.isfinite(pre), pre, -1e300) - theta) / stack.bandwidth)
+        kernel = rectangle((pre - theta) / stack.bandwidth)
         sparsity = stack.coef * gate.sum(-1).mean(-1)
         g_theta = (g_f * -(theta / stack.bandwidth) * kernel).sum(1)  # eq. 11
         g_theta += stack.coef[:, None] / N * (-(1 / stack.bandwidth) * kernel).sum(1)  # eq. 12
@@ -269,9 +274,9 @@ def auxk(stack: Stack, pre: np.ndarray, residual: np.ndarray, dead: np.ndarray):
         k_aux = max(1, residual.shape[-1] // 2)
         scale = min(n_dead / k_aux, 1.0)
         k_aux = min(k_aux, n_dead)
-        masked = np.where((dead[s] & stack.alive[s])[None], pre[s], -np.inf)
+        masked = np.where((dead[s] & stack.alive[s])[None], pre[s], OFF)
         gate = top_gate(masked, k_aux) * (masked > 0)
-        a = np.where(gate > 0, masked, 0.0)
+        a = masked * gate
         diff = a @ stack.W_dec[s] - residual[s]
         c = stack.aux_coef * scale
         loss[s] = c * (diff**2).sum(-1).mean()
