@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import FlatformerError
 
 CFG, WEIGHTS = "cfg.json", "sae_weights.safetensors"
+FORMAT_VERSION = "6.0.0"  # the SAELens release whose cfg.json layout we write
 ARCHITECTURES = {
     "relu": "standard",
     "topk": "topk",
@@ -54,6 +55,9 @@ def saelens_cfg(
         "normalize_activations": "none",
         "reshape_activations": "none",
         "metadata": {
+            # SAELens reads a cfg without a version >= 6 as its older flat format
+            "sae_lens_version": FORMAT_VERSION,
+            "sae_lens_training_version": None,
             "model_name": model_name,
             "hook_name": hook_name,
             "hook_head_index": None,
