@@ -28,6 +28,8 @@ def members(kind: str, widths, ks, coefs) -> tuple[list, list, list]:
         raise FlatformerError("--width must be at least 1")
     if kind in ("topk", "batchtopk"):
         grid = list(itertools.product(widths, [int(k) for k in ks]))
+        if any(not 1 <= k <= w for w, k in grid):
+            raise FlatformerError("--k must be at least 1 and at most every --width")
         return [w for w, _ in grid], [k for _, k in grid], [0.0] * len(grid)
     grid = list(itertools.product(widths, [float(c) for c in coefs]))
     if any(c < 0 for _, c in grid):
