@@ -10,15 +10,18 @@ import numpy as np
 from ..errors import FlatformerError
 
 NOT_PER_TOKEN = ("hook_pattern", "hook_attn_scores")
+MAX_TOKENS = 50_000  # training tokens held in memory: 50,000 x d_model float64
 
 
 def windows(run, n_train: int = 2000) -> dict:
-    """Up to `n_train` training windows evenly spaced over the run's training corpus, and the
-    held-out windows the run's held-out loss is measured on (inputs, targets, weights)."""
+    """Up to `n_train` training windows (and at most MAX_TOKENS tokens) evenly spaced over the
+    run's training corpus, and the held-out windows the run's held-out loss is measured on
+    (inputs, targets, weights)."""
     from ..data import evenly_spaced
 
     data = run.data()
     n_ctx = run.cfg.n_ctx
+    n_train = max(1, min(n_train, MAX_TOKENS // n_ctx))
     starts = data.train_starts[evenly_spaced(len(data.train_starts), n_train)]
     train, _, _ = data.train.windows(starts, n_ctx, drop_unseen=False)
     return {
