@@ -34,9 +34,9 @@ K, D, L0 = 64, 16, 3
 PLANS = [  # kind, widths, ks or coefficients
     ("topk", [16, 32, 64, 128], [3]),
     ("topk", [64, 128], [1, 8]),
-    ("relu", [16, 32, 64, 128], [0.1, 0.3]),
+    ("relu", [32, 64, 128], [1.0, 3.0]),
     ("batchtopk", [32, 64, 128], [3]),
-    ("jumprelu", [32, 64, 128], [0.1, 0.3]),
+    ("jumprelu", [64, 128], [0.5, 2.0]),
 ]
 
 
@@ -116,7 +116,7 @@ def plane_table(run_path: Path | None, steps: int) -> list[str]:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--steps", type=int, default=2500)
     parser.add_argument("--run", type=Path, default=None, help="A plus-last-even run.")
     parser.add_argument("--quick", action="store_true", help="TopK rows only, 1,000 steps.")
     args = parser.parse_args()
