@@ -78,7 +78,7 @@ def dictionary(
         [1.0], help="Sparsity coefficient (relu, transcoder: L1; jumprelu: L0); repeatable."
     ),
     steps: int = typer.Option(3000, help="Adam steps."),
-    lr: float = typer.Option(1e-3, help="Adam's learning rate."),
+    lr: float = typer.Option(3e-3, help="Adam's learning rate."),
     batch: int = typer.Option(1024, help="Tokens per step."),
     seed: int = typer.Option(0, help="Seed of the initialisation and batches."),
     step: int | None = typer.Option(None, help="The run's checkpoint [last]."),

@@ -27,7 +27,7 @@ from .sae import Stack, init_stack, loss_and_grads
 class Recipe:
     steps: int = 3000
     batch: int = 1024
-    lr: float = 1e-3
+    lr: float = 3e-3
     seed: int = 0
     dead_tokens: int = 20_000
     bandwidth: float = 0.05
