@@ -183,3 +183,16 @@ def test_training_reduces_loss_and_folds_the_scale_back():
         x_hat = f[0] @ stack.W_dec[0] + stack.b_dec[0]
         fvu = ((x - x_hat) ** 2).sum() / ((x - x.mean(0)) ** 2).sum()
         assert fvu < 0.1, (kind, fvu)
+
+
+def test_batchtopk_threshold_gives_about_k_at_inference():
+    """Bussmann et al. 2024's threshold, learned while training, keeps about k latents per token
+    at inference, without the batch."""
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(16, 6))
+    F /= np.linalg.norm(F, axis=1, keepdims=True)
+    x = (rng.random((4000, 16)) < 2 / 16) * rng.uniform(0.5, 1.5, (4000, 16)) @ F
+    stack, _ = train_stack("batchtopk", x, widths=[16], ks=[2], recipe=Recipe(steps=300, batch=256))
+    assert stack.threshold[0] > 0
+    l0 = (encode(stack, x)[0] != 0).sum(-1).mean()
+    assert 1.0 < l0 < 4.0, l0

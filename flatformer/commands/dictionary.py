@@ -34,10 +34,10 @@ def render(result: dict, run: Path, folder: Path):
             f"{result['eval_tokens']} held-out tokens"
         )
     )
-    table = Table()
+    table = Table(box=None, padding=(0, 1), header_style="bold")  # fits 80 columns
     table.add_column("dictionary", no_wrap=True)
     for _, header, _ in COLUMNS:
-        table.add_column(header, justify="right")
+        table.add_column(header, justify="right", no_wrap=True)
     for m in result["members"]:
         v = m["metrics"]
         table.add_row(Text(m["name"]), *[format(v[key], spec) for key, _, spec in COLUMNS])
