@@ -259,8 +259,8 @@ def loss_and_grads(stack: Stack, x: np.ndarray, y: np.ndarray, dead: np.ndarray 
     g_pre = g_pre + g_pre_extra
     g["W_enc"] = xc.transpose(0, 2, 1) @ g_pre
     g["b_enc"] = g_pre.sum(1)
-    if stack.centre:
-        g["b_dec"] -= (g_pre @ stack.W_enc.transpose(0, 2, 1)).sum(1)
+    if stack.centre:  # sum over tokens first: (sum_n g_pre) W_enc^T, not one product per token
+        g["b_dec"] -= (g["b_enc"][:, None, :] @ stack.W_enc.transpose(0, 2, 1))[:, 0]
     loss = mse + sparsity + aux
     parts = {"loss": loss, "mse": mse, "sparsity": sparsity, "aux": aux}
     parts["l0"] = (gate > 0).sum(-1).mean(-1)
