@@ -196,3 +196,18 @@ def test_batchtopk_threshold_gives_about_k_at_inference():
     assert stack.threshold[0] > 0
     l0 = (encode(stack, x)[0] != 0).sum(-1).mean()
     assert 1.0 < l0 < 4.0, l0
+
+
+def test_widths_train_apart_and_come_back_as_one_stack():
+    """Each width is its own stack, on the same batches: a member trained with others of other
+    widths is the member trained alone."""
+    rng = np.random.default_rng(0)
+    x = rng.exponential(1.0, (500, 4)) * (rng.random((500, 4)) < 0.4)
+    recipe = Recipe(steps=30, batch=64)
+    together, history = train_stack("topk", x, widths=[8, 4, 8], ks=[2, 1, 3], recipe=recipe)
+    alone, _ = train_stack("topk", x, widths=[4], ks=[1], recipe=recipe)
+    for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+        np.testing.assert_array_equal(together.member(1)[name], alone.member(0)[name])
+    assert together.W_enc.shape == (3, 4, 8) and (together.W_dec[1, 4:] == 0).all()
+    assert len(history[-1]["loss"]) == 3
+    assert (encode(together, x)[1][:, 4:] == 0).all()

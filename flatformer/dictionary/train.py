@@ -74,10 +74,80 @@ def train_stack(
     progress=None,
 ) -> tuple[Stack, list[dict]]:
     """Train one dictionary per (width, k, coef) on x (N, d_in) -> y (N, d_out; None: an
-    autoencoder, y = x) together. Returns the stack (in the raw activations' units) and the
-    loss history (one row per 100 steps, each member's loss parts). `progress(i, n, message)`
-    is called as training goes."""
+    autoencoder, y = x). Members of one width train together as one stack, on the same batches;
+    each width is its own stack (padding a narrow member to the widest would cost the widest's
+    time), and the result is one stack padded to the widest. Returns the stack (in the raw
+    activations' units) and the loss history (one row per 100 steps, each member's loss parts).
+    `progress(i, n, message)` is called as training goes."""
     recipe = recipe or Recipe()
+    widths = np.asarray(widths, dtype=np.int64)
+    S = len(widths)
+    ks = np.zeros(S, np.int64) if ks is None else np.broadcast_to(np.asarray(ks), (S,))
+    coefs = np.zeros(S) if coefs is None else np.broadcast_to(np.asarray(coefs, float), (S,))
+    groups = [np.flatnonzero(widths == w) for w in dict.fromkeys(widths.tolist())]
+    if len(groups) == 1:
+        return train_group(kind, x, y, widths, ks, coefs, recipe, progress)
+    trained = []
+    for g, idx in enumerate(groups):
+
+        def step_progress(i, n, message, g=g):
+            progress(g * n + i, len(groups) * n, message)
+
+        trained.append(
+            train_group(
+                kind, x, y, widths[idx], ks[idx], coefs[idx], recipe, progress and step_progress
+            )
+        )
+    return merge(kind, groups, trained, widths, ks, coefs)
+
+
+def merge(kind, groups, trained, widths, ks, coefs) -> tuple[Stack, list[dict]]:
+    """One stack, padded to the widest member, from stacks trained width by width."""
+    first = trained[0][0]
+    S, M = len(widths), int(widths.max())
+    d_in, d_out = first.W_enc.shape[1], first.W_dec.shape[2]
+    stack = Stack(
+        kind,
+        np.zeros((S, d_in, M)),
+        np.zeros((S, M)),
+        np.zeros((S, M, d_out)),
+        np.zeros((S, d_out)),
+        widths,
+        np.array(ks),
+        np.array(coefs, dtype=float),
+        first.centre,
+        np.zeros((S, M)) if kind == "jumprelu" else None,
+        np.zeros(S) if kind == "batchtopk" else None,
+        first.bandwidth,
+        first.aux_coef,
+        dict(first.meta),
+    )
+    for idx, (part, _) in zip(groups, trained):
+        w = int(part.width[0])
+        stack.W_enc[idx, :, :w] = part.W_enc
+        stack.b_enc[idx, :w] = part.b_enc
+        stack.W_dec[idx, :w] = part.W_dec
+        stack.b_dec[idx] = part.b_dec
+        if kind == "jumprelu":
+            stack.log_threshold[idx, :w] = part.log_threshold
+        if kind == "batchtopk":
+            stack.threshold[idx] = part.threshold
+    history = []
+    for rows in zip(*(h for _, h in trained)):
+        row = {"step": rows[0]["step"]}
+        for key in rows[0]:
+            if key != "step":
+                values = [0.0] * S
+                for idx, r in zip(groups, rows):
+                    for j, i in enumerate(idx):
+                        values[i] = r[key][j]
+                row[key] = values
+        history.append(row)
+    return stack, history
+
+
+def train_group(kind, x, y, widths, ks, coefs, recipe: Recipe, progress):
+    """Members of one width, as one stack (see `train_stack`)."""
     x = np.asarray(x, dtype=np.float64)
     transcoder = y is not None
     y = x if y is None else np.asarray(y, dtype=np.float64)
