@@ -7,9 +7,10 @@ Activations: 16,384 samples of planted features (256 directions in d = 32, true 
 dictionary: TopK, width 256, k 4, batches of 1,024, Adam at 1e-3, decoder rows held at unit
 norm with the parallel gradient removed (Gao et al. 2024), AuxK off on both sides (no latent is
 declared dead), the data scaled to E||x|| = sqrt(d) once beforehand. PyTorch in float32 (what
-users run) and float64 (our precision). Then four widths (64, 128, 256, 512) trained as one
-stack against four PyTorch loops. Each time is the best of 3 (the least disturbed by other
-processes on shared cores); the data sampling is outside neither loop.
+users run) and float64 (our precision). Then four widths (64, 128, 256, 512) trained in one
+call (each width its own stack, on the same batches) against four PyTorch loops. Each time is
+the best of 3 (the least disturbed by other processes on shared cores), and includes drawing
+the batches on both sides.
 """
 
 import argparse
@@ -102,7 +103,7 @@ def main():
         print(f"| PyTorch loop, float32 | {t32 * ms:.2f} | {t32 / ours_one:.2f} |")
         print(f"| PyTorch loop, float64 | {t64 * ms:.2f} | {t64 / ours_one:.2f} |")
         print(
-            f"\nWidths {', '.join(map(str, widths))} together (one stack) against four PyTorch "
+            f"\nWidths {', '.join(map(str, widths))} in one call against four PyTorch "
             f"float32 loops: {ours_four * ms:.2f} against {torch_four * ms:.2f} ms per step, "
             f"ratio {torch_four / ours_four:.2f}."
         )
