@@ -1,0 +1,120 @@
+"""`flatformer dictionary`: sparse dictionaries on a run's activations, scored as SAELens scores
+them, written in SAELens's format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import FlatformerError
+from .app import ProgressDisplay, app, out
+
+COLUMNS = (
+    ("l0", "L0", ".2f"),
+    ("fvu", "FVU", ".4f"),
+    ("ce_loss_score", "CE", ".3f"),
+    ("kl_div_score", "KL", ".3f"),
+    ("ce_loss_score_mean_ablation", "CE mean", ".3f"),
+    ("l2_ratio", "L2", ".3f"),
+    ("dead", "dead", "d"),
+    ("dense", "dense", "d"),
+)
+
+
+def render(result: dict, run: Path, folder: Path):
+    out.print(
+        Text(
+            f"{run}, step {result['step']}: {result['kind']} on {result['hook_in']}"
+            + (f" -> {result['hook_out']}" if result["hook_out"] != result["hook_in"] else "")
+            + f", {result['train_tokens']} training tokens, scored on "
+            f"{result['eval_tokens']} held-out tokens"
+        )
+    )
+    table = Table(box=None, padding=(0, 1), header_style="bold")  # fits 80 columns
+    table.add_column("dictionary", no_wrap=True)
+    for _, header, _ in COLUMNS:
+        table.add_column(header, justify="right", no_wrap=True)
+    for m in result["members"]:
+        v = m["metrics"]
+        table.add_row(Text(m["name"]), *[format(v[key], spec) for key, _, spec in COLUMNS])
+    out.print(table)
+    out.print(
+        Text(
+            "FVU: fraction of variance unexplained; CE, KL: cross-entropy loss recovered and KL "
+            "score with the dictionary spliced in, against zero ablation (CE mean: against mean "
+            "ablation); L2: shrinkage, mean |x_hat| / |x|; dense: active on over 10% of tokens."
+        )
+    )
+    first = result["members"][-1]
+    out.print(Text(f"Latents of {first['name']} (top tokens and positions, share of firings):"))
+    for row in first["latents"]:
+        if row["density"] == 0:
+            out.print(Text(f"  {row['latent']:>3}  dead"))
+            continue
+        toks = ", ".join(f"{t} {s:.0%}" for t, s in row["tokens"])
+        pos = ", ".join(f"{p} {s:.0%}" for p, s in row["positions"])
+        out.print(
+            Text(
+                f"  {row['latent']:>3}  density {row['density']:.3f}  tokens {toks}  positions {pos}"
+            )
+        )
+    out.print(Text(f"wrote {len(result['members'])} SAELens folders and metrics.json in {folder}"))
+
+
+@app.command()
+def dictionary(
+    run: Path = typer.Argument(..., help="A run folder."),
+    hook: str = typer.Option(
+        "blocks.0.hook_resid_post", help="The activation (a transcoder: any hook of its block)."
+    ),
+    kind: str = typer.Option("topk", help="relu, topk, batchtopk, jumprelu or transcoder."),
+    width: list[int] = typer.Option([16], help="Latents; repeat to train several together."),
+    k: list[int] = typer.Option([1], help="Active latents (topk, batchtopk); repeatable."),
+    l1: list[float] = typer.Option(
+        [1.0], help="Sparsity coefficient (relu, transcoder: L1; jumprelu: L0); repeatable."
+    ),
+    steps: int = typer.Option(3000, help="Adam steps."),
+    lr: float = typer.Option(3e-3, help="Adam's learning rate."),
+    batch: int = typer.Option(1024, help="Tokens per step."),
+    seed: int = typer.Option(0, help="Seed of the initialisation and batches."),
+    step: int | None = typer.Option(None, help="The run's checkpoint [last]."),
+    out_dir: Path = typer.Option(
+        ..., "--out", help="Folder for the SAELens folders and metrics.json."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print metrics.json's members as JSON."),
+):
+    """Train sparse dictionaries on a run's activations (its training windows) and score them on
+    its held-out windows: L0, FVU, CE loss recovered and KL with the dictionary spliced in,
+    dead and dense latents, shrinkage; and which latents fire on which token and position."""
+    from ..dictionary.fit import fit_run, write_result
+    from ..dictionary.train import Recipe
+    from ..runs import load_run
+
+    for name, value in (("--steps", steps), ("--batch", batch)):
+        if value < 1:
+            raise FlatformerError(f"{name} must be at least 1, got {value}")
+    if not lr > 0:
+        raise FlatformerError(f"--lr must be positive, got {lr}")
+    the_run = load_run(run)
+    recipe = Recipe(steps=steps, batch=batch, lr=lr, seed=seed)
+    with ProgressDisplay({"dictionary": "dictionary"}) as progress:
+        result = fit_run(
+            the_run,
+            hook,
+            kind,
+            width,
+            k,
+            l1,
+            recipe,
+            step,
+            progress=lambda i, n, msg: progress("dictionary", i, n, msg),
+        )
+    folder = write_result(result, out_dir, the_run)
+    if as_json:
+        print(json.dumps(result["members"]))
+        return
+    render(result, run, folder)
