@@ -43,6 +43,9 @@ EXTRAS = {
     "nbclient": "flatformer[test]",
     "nbconvert": "flatformer[test]",
     "ipykernel": "flatformer[test]",
+    # sae-lens pins transformer-lens < 4 (flatformer[lens] is 4.x): CI installs it in an
+    # environment of its own and runs its agreement test there (.ci/run).
+    "sae_lens": "pip install sae-lens, in an environment of its own (it needs transformer-lens < 4)",
     CHROMIUM: "Chromium (apt-get install chromium)",
 }
 # Fixtures that need an extra: every test using one needs it too.
