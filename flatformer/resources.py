@@ -119,6 +119,18 @@ def free_disk(path) -> int:
     return shutil.disk_usage(path).free
 
 
+def sparser_every(recipe, fit: int) -> int | None:
+    """The smallest checkpoint interval under which `fit` checkpoints a seed hold the run (each
+    interval also writes step 0 and the last step), one the recipe accepts: with candidates,
+    a divisor of select_step, where the candidates are compared. None if there is none."""
+    every = math.ceil(recipe.steps / (fit - 2))
+    if recipe.candidates == 1:
+        return every
+    return next(
+        (d for d in range(every, recipe.select_step + 1) if recipe.select_step % d == 0), None
+    )
+
+
 def check_fits(job, memory: int | None = None, disk: int | None = None, batch: int | None = None):
     """Refuse, in one line with both numbers and what would fit, a job larger than the machine's
     available memory or the free disk under its folders. `memory`/`disk` override what the
@@ -150,10 +162,11 @@ def check_fits(job, memory: int | None = None, disk: int | None = None, batch: i
         per_seed = max(1, needs.checkpoints // len(job.out_dirs))
         # Checkpoints per seed that fit; every interval also writes step 0 and the last step.
         fit = (disk - needs.metrics) // (needs.checkpoint_bytes * len(job.out_dirs))
+        every = sparser_every(job.recipe, fit) if fit >= 3 else None
         hint = (
-            f"--set checkpoint_every={math.ceil(job.recipe.steps / (fit - 2))} would fit"
-            if fit >= 3
-            else "not even three checkpoints per seed fit: free some space"
+            f"--set checkpoint_every={every} would fit"
+            if every
+            else "too few checkpoints per seed fit: free some space"
         )
         raise FlatformerError(
             f"this job writes about {gb(needs.disk)} ({per_seed:,} checkpoints x "

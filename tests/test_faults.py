@@ -161,6 +161,19 @@ def test_too_much_disk_is_refused_with_a_checkpoint_interval_that_fits(tmp_path)
     assert estimate(job).checkpoints == 100_000 // 100 + 1
 
 
+def test_the_interval_suggested_with_candidates_is_one_the_recipe_takes(tmp_path):
+    """With candidates, checkpoint_every must divide select_step: the suggestion does."""
+    sets = dict(steps=100_000, candidates=4, select_step=1200, checkpoint_every=100)
+    job = short_job(tmp_path / "run", **sets)
+    free = estimate(job).disk // 10
+    with pytest.raises(FlatformerError, match="checkpoint_every=") as refusal:
+        check_fits(job, memory=10**15, disk=free)
+    every = int(str(refusal.value).split("checkpoint_every=")[1].split()[0])
+    assert 1200 % every == 0
+    sparser = short_job(tmp_path / "run", **dict(sets, checkpoint_every=every))
+    check_fits(sparser, memory=10**15, disk=free)
+
+
 def test_a_resumed_run_counts_only_the_checkpoints_still_to_come(tmp_path):
     job = short_job(tmp_path / "run")
     train(job)
