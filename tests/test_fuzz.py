@@ -278,3 +278,98 @@ def test_set_values(folder, pairs):
         job, _ = built
         assert job.cfg.n_params >= 1 and job.recipe.steps >= 1
     assert not (folder / "run").exists()
+
+
+# ---- the readers of files people hand an import or a command ----
+
+
+@FUZZ
+@given(st.one_of(json_values.map(json.dumps), st.text(max_size=200)))
+def test_tokenizer_json(folder, text):
+    """A folder's tokenizer.json: a tokenizer the library reads, or one line."""
+    from flatformer.importers.tokenizer import read_folder
+
+    source = folder / "tokenizer"
+    source.mkdir(exist_ok=True)
+    (source / "tokenizer.json").write_text(text)
+    assert refused_or(read_folder, source) in (None, text)
+
+
+plain = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 300) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(inner.filter(
+        lambda k: isinstance(k, (int, str))), inner, max_size=6),
+    max_leaves=16,
+)  # fmt: skip
+
+
+@FUZZ
+@given(st.one_of(plain.map(lambda v: {"itos": v}), plain), st.binary(max_size=40))
+def test_meta_pkl(folder, meta, noise):
+    """nanoGPT's meta.pkl: plain data of any shape (mixed keys, long strings, no itos), or
+    bytes that are no pickle at all; a vocabulary of single characters, or one line."""
+    import pickle
+
+    from flatformer.importers.vocab import read_meta
+
+    for data in (pickle.dumps(meta), noise):
+        (folder / "meta.pkl").write_bytes(data)
+        chars = refused_or(read_meta, folder / "meta.pkl")
+        assert chars is None or all(isinstance(c, str) and len(c) == 1 for c in chars)
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.one_of(
+            st.dictionaries(
+                st.sampled_from(["prompt", "target", "corrupt", "corrupt_target", "x"]),
+                json_values,
+                max_size=4,
+            ).map(json.dumps),
+            st.text(max_size=40),
+        ),
+        max_size=4,
+    )
+)
+def test_prompts_files(folder, lines):
+    """A prompts file for `circuits --prompts` or `analyze --prompts`: every line checked."""
+    from flatformer.prompts import read_examples
+    from flatformer.tasks import get_task
+
+    (folder / "prompts.jsonl").write_text("\n".join(lines))
+    read = refused_or(read_examples, folder / "prompts.jsonl", get_task("plus-last-even"), 8)
+    assert read is None or len(read[0]) == len(read[1]) == len(read[2])
+
+
+@FUZZ
+@given(
+    st.sampled_from([".npy", ".csv"]),
+    st.lists(st.integers(0, 30), min_size=1, max_size=3),
+    st.floats(allow_nan=True, allow_infinity=True, width=32),
+    st.binary(max_size=60),
+)
+def test_recordings(folder, suffix, shape, fill, noise):
+    """`geometry --data`: arrays of any shape and values, and bytes that are no array."""
+    from flatformer.rsa.data import load_recordings
+
+    path = folder / f"rec{suffix}"
+    x = np.full(shape, fill)
+    for spoil in (False, True):
+        if spoil:
+            path.write_bytes(noise)
+        elif suffix == ".npy":
+            np.save(path, x)
+        else:
+            path.write_text("\n".join(",".join(map(str, row)) for row in np.atleast_2d(x)))
+        got = refused_or(load_recordings, path, shape[0])
+        assert got is None or (got.ndim in (2, 3) and np.isfinite(got).all())
+
+
+def test_recordings_with_more_repeats_than_their_rdms_fit_are_refused(folder):
+    """One RDM a repeat: 30 repeats of 2,000 stimuli are 60 million dissimilarities."""
+    from flatformer.rsa.data import load_recordings
+
+    np.save(folder / "repeats.npy", np.zeros((2000, 30, 1)))
+    with pytest.raises(FlatformerError, match="30 repeats of 2000 stimuli.*at most 25 repeats"):
+        load_recordings(folder / "repeats.npy", 2000)

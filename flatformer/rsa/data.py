@@ -4,6 +4,7 @@ ceiling, a bootstrap interval over stimuli and a stimulus-label permutation test
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,9 @@ from .measures import correlation_rdm, euclidean_rdm
 
 MAX_VALUES = 50_000_000  # 400 MB of float64: recordings larger than this are refused
 MAX_FILE_BYTES = 8 * MAX_VALUES + 10_000_000  # those values and room for headers or text
+# Dissimilarities of every repeat's RDM held at once (400 MB in float64): 100,000 repeats of
+# 96 stimuli would ask for 3.6 GB per copy and end in the kernel's kill.
+MAX_RDM_VALUES = 50_000_000
 MAX_RESAMPLES = 100_000
 RDM_KINDS = {"euclidean": euclidean_rdm, "correlation": correlation_rdm}
 DATA_RDMS = (*RDM_KINDS, "crossnobis")
@@ -52,7 +56,11 @@ def load_recordings(path: Path, n_stimuli: int) -> np.ndarray:
                     f"--data {path}: {len(arrays)} variables and none named 'data'"
                 )
         elif path.suffix == ".csv":
-            x = np.loadtxt(read.text_stream(path, "--data", MAX_FILE_BYTES), delimiter=",", ndmin=2)
+            with warnings.catch_warnings():  # an empty file: refused below, not warned about
+                warnings.simplefilter("ignore", UserWarning)
+                x = np.loadtxt(
+                    read.text_stream(path, "--data", MAX_FILE_BYTES), delimiter=",", ndmin=2
+                )
         else:
             raise FlatformerError(f"--data takes .npy, .npz, .mat or .csv, got {path.name}")
         x = np.asarray(x, dtype=np.float64)
@@ -62,6 +70,8 @@ def load_recordings(path: Path, n_stimuli: int) -> np.ndarray:
         raise FlatformerError(
             f"--data {path}: cannot read numbers: {str(e).splitlines()[0][:120]}"
         ) from None
+    if x.size == 0:
+        raise FlatformerError(f"--data {path}: holds no numbers")
     if x.ndim not in (2, 3):
         raise FlatformerError(
             f"--data {path}: expected stimuli x channels or stimuli x repeats"
@@ -69,6 +79,13 @@ def load_recordings(path: Path, n_stimuli: int) -> np.ndarray:
         )
     if x.size > MAX_VALUES:
         raise FlatformerError(f"--data {path}: {x.size:,} values, the limit is {MAX_VALUES:,}")
+    if x.ndim == 3 and x.shape[1] * x.shape[0] * (x.shape[0] - 1) // 2 > MAX_RDM_VALUES:
+        pairs = x.shape[0] * (x.shape[0] - 1) // 2
+        raise FlatformerError(
+            f"--data {path}: {x.shape[1]:,} repeats of {x.shape[0]} stimuli make "
+            f"{x.shape[1] * pairs:,} dissimilarities, one RDM a repeat, over the limit of "
+            f"{MAX_RDM_VALUES:,}: average them into at most {MAX_RDM_VALUES // pairs:,} repeats"
+        )
     if x.shape[0] != n_stimuli:
         raise FlatformerError(
             f"--data {path}: {x.shape[0]} rows but the stimulus set has "
