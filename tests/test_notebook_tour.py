@@ -104,7 +104,13 @@ def test_exported_tour_passes_the_self_check_offline(executed, tmp_path, chromiu
         page.on("request", lambda r: from_frames.append((r.frame.url, r.url)))
         page.context.route("**/*", offline)
         page.goto(path.as_uri())
-        frames = [f for f in page.frames if f.url == "about:srcdoc"]
+        # The output's iframe loads its srcdoc after the page's load event, later on a busy
+        # machine: waited for as the explorer is below.
+        for _ in range(600):
+            frames = [f for f in page.frames if f.url == "about:srcdoc"]
+            if frames:
+                break
+            page.wait_for_timeout(100)
         assert len(frames) == 1
         frame = frames[0]
         # Polled from here: Playwright's wait_for_function polls on animation frames, which

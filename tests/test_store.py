@@ -30,6 +30,7 @@ NAMES_ALLOWED = {
     ("flatformer/importers/run.py", "config.json"): "detects a Hugging Face folder",
     ("flatformer/importers/run.py", ".safetensors"): "detects a TransformerLens state dict",
     ("flatformer/importers/tlens.py", ".safetensors"): "a TransformerLens state dict's suffix",
+    ("flatformer/dictionary/saelens.py", "sae_weights.safetensors"): "SAELens's own file name",
 }
 
 # Calls that open, read or write a file by its name, or create, replace or remove one.

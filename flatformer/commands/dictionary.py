@@ -3,7 +3,6 @@ them, written in SAELens's format."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -91,6 +90,8 @@ def dictionary(
     its held-out windows: L0, FVU, CE loss recovered and KL with the dictionary spliced in,
     dead and dense latents, shrinkage; and which latents fire on which token and position."""
     from ..dictionary.fit import fit_run, write_result
+    from ..limits import strict_json
+    from ..store.write import claim_folder
     from ..dictionary.train import Recipe
     from ..runs import load_run
 
@@ -100,6 +101,8 @@ def dictionary(
     if not lr > 0:
         raise FlatformerError(f"--lr must be positive, got {lr}")
     the_run = load_run(run)
+    # Refused before the training, not after it: a folder of someone else's files, or a link.
+    claim_folder(out_dir, "--out", ours=lambda f: (Path(f) / "metrics.json").is_file())
     recipe = Recipe(steps=steps, batch=batch, lr=lr, seed=seed)
     with ProgressDisplay({"dictionary": "dictionary"}) as progress:
         result = fit_run(
@@ -115,6 +118,6 @@ def dictionary(
         )
     folder = write_result(result, out_dir, the_run)
     if as_json:
-        print(json.dumps(result["members"]))
+        print(strict_json(result["members"]))
         return
     render(result, run, folder)

@@ -5,13 +5,14 @@ metrics.json. Computing only; `flatformer dictionary` prints."""
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import FlatformerError
+from ..limits import strict_json
+from ..store.write import atomic_write
 from .activations import check_hook, read, transcoder_hooks, windows
 from .metrics import reconstruction_metrics, spliced_scores
 from .saelens import save_saelens, saelens_cfg
@@ -173,5 +174,5 @@ def write_result(result: dict, out, run, dtype: str = "float32") -> Path:
         save_saelens(out / member["name"], cfg, stack.member(s))
     summary = {k: v for k, v in result.items() if k != "stack"}
     summary["run"] = str(run.path)
-    (out / "metrics.json").write_text(json.dumps(summary, indent=1, allow_nan=True) + "\n")
+    atomic_write(out / "metrics.json", (strict_json(summary, indent=1) + "\n").encode())
     return out

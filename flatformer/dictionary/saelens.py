@@ -17,9 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..engine.components import linear
 from ..errors import FlatformerError
+from ..importers.validate import read_safetensors
+from ..store.read import read_json
+from ..store.write import atomic_write, make_folder
 
 CFG, WEIGHTS = "cfg.json", "sae_weights.safetensors"
+MAX_CFG_BYTES = 1 << 20  # a SAELens cfg.json is about 2 kB
 FORMAT_VERSION = "6.0.0"  # the SAELens release whose cfg.json layout we write
 ARCHITECTURES = {
     "relu": "standard",
@@ -76,31 +81,27 @@ def saelens_cfg(
 
 
 def save_saelens(folder, cfg: dict, weights: dict) -> Path:
-    """Write cfg.json and sae_weights.safetensors into `folder` (created)."""
-    from safetensors.numpy import save_file
+    """Write cfg.json and sae_weights.safetensors into `folder` (created), through the store."""
+    from safetensors.numpy import save
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(folder, "dictionary folder")
     dtype = np.dtype(cfg.get("dtype", "float32"))
     tensors = {n: np.ascontiguousarray(np.asarray(v, dtype=dtype)) for n, v in weights.items()}
-    save_file(tensors, str(folder / WEIGHTS))
-    (folder / CFG).write_text(json.dumps(cfg, indent=2) + "\n")
+    atomic_write(folder / WEIGHTS, save(tensors))
+    atomic_write(folder / CFG, (json.dumps(cfg, indent=2) + "\n").encode())
     return folder
 
 
 def load_saelens(folder) -> tuple[dict, dict[str, np.ndarray]]:
     """cfg.json and the weights (float64) of a folder in SAELens's format, with one-line
     errors for a folder that is not one."""
-    from safetensors.numpy import load_file
-
     folder = Path(folder)
     if not (folder / CFG).is_file() or not (folder / WEIGHTS).is_file():
         raise FlatformerError(f"{folder} is not a SAELens folder: it needs {CFG} and {WEIGHTS}")
-    try:
-        cfg = json.loads((folder / CFG).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FlatformerError(f"{folder / CFG}: not JSON ({exc})") from None
-    weights = {n: v.astype(np.float64) for n, v in load_file(str(folder / WEIGHTS)).items()}
+    cfg = read_json(folder / CFG, "SAELens cfg.json", MAX_CFG_BYTES)
+    if not isinstance(cfg, dict):
+        raise FlatformerError(f"{folder / CFG}: not an object")
+    weights = {n: v.astype(np.float64) for n, v in read_safetensors(folder / WEIGHTS).items()}
     missing = [n for n in ("W_enc", "b_enc", "W_dec", "b_dec") if n not in weights]
     if cfg.get("architecture") == "jumprelu":
         missing += [] if "threshold" in weights else ["threshold"]
@@ -120,7 +121,7 @@ def run_saelens(cfg: dict, weights: dict, x: np.ndarray) -> tuple[np.ndarray, np
     and decode compute them: f (N, d_sae), x_hat (N, d_out)."""
     arch = cfg["architecture"]
     xc = x - weights["b_dec"] if cfg.get("apply_b_dec_to_input", True) else x
-    pre = xc @ weights["W_enc"] + weights["b_enc"]
+    pre = linear(xc, weights["W_enc"], weights["b_enc"])
     if arch in ("standard", "transcoder"):
         f = np.maximum(pre, 0)
     elif arch == "jumprelu":
@@ -132,4 +133,4 @@ def run_saelens(cfg: dict, weights: dict, x: np.ndarray) -> tuple[np.ndarray, np
         f = np.maximum(pre, 0) * gate
     else:
         raise FlatformerError(f"architecture {arch!r} is not one flatformer reads")
-    return f, f @ weights["W_dec"] + weights["b_dec"]
+    return f, linear(f, weights["W_dec"], weights["b_dec"])
