@@ -56,6 +56,7 @@ def test_every_stage_shows_progress_and_writes_its_part(made):
     assert 6 <= len(tail) <= 12, tail
     assert tail[0].startswith("done in ") and "rule error" in tail[0]
     assert any("report.html" in line for line in tail) and "Knobs" not in printed
+    assert "[bold]" not in printed and "[/]" not in printed  # headings styled, not markup shown
 
 
 def test_the_report_loads_every_image_and_movie_offline(made, chromium):

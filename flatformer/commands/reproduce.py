@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.text import Text
 
 from .app import ProgressDisplay, app, console, out
 
@@ -16,10 +17,9 @@ class StagedDisplay(ProgressDisplay):
     def __call__(self, stage: str, i: int, n: int, message: str):
         if stage == "reproduce":
             self.close()
-            console.rule(
-                f"[bold]{i}/{n} {message.split(':')[0]}[/]:{message.partition(':')[2]}",
-                align="left",
-            )
+            head, _, rest = message.partition(":")
+            # Styled as Text: the consoles read no markup (a path may hold "[/x]").
+            console.rule(Text.assemble((f"{i}/{n} {head}", "bold"), f":{rest}"), align="left")
             return
         super().__call__(stage, i, n, message)
 
