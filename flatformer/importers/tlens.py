@@ -326,7 +326,7 @@ def agreeing(readings: list, source, architecture) -> tuple:
     tol = (1e-4 if f32 else 1e-8) * scale
     errors = []
     for reading in readings:
-        model = Transformer(reading[1], {k: np.float64(v) for k, v in reading[2].items()})
+        model = Transformer(reading[1], {k: v.astype(np.float64) for k, v in reading[2].items()})
         errors.append(float(np.abs(model(probe) - expected).max()))
     order = np.argsort(errors)
     best = errors[order[0]]
