@@ -5,9 +5,9 @@ import pytest
 import torch
 from conftest import CONFIGS, random_model
 
-from flatformer.bridge import to_torch, to_transformer_lens
+from flatformer.model.bridge import to_torch, to_transformer_lens
 from flatformer.config import preset
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 from flatformer.analysis.circuits import head_circuits
 
 RUNS = ["paper_run", "simulator_run", "two_layer_run"]

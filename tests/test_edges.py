@@ -8,8 +8,8 @@ import torch
 
 from conftest import CONFIGS, random_model
 from edge_hooks import hooked_edge_logits, tl_runner
-from flatformer.bridge import to_torch, to_transformer_lens
-from flatformer.data import TaskData
+from flatformer.model.bridge import to_torch, to_transformer_lens
+from flatformer.tasks.windows import TaskData
 from flatformer.edges.graph import EdgeGraph
 from flatformer.edges.methods import (
     build_problem,
@@ -22,8 +22,8 @@ from flatformer.edges.methods import (
     roc_auc,
     spearman,
 )
-from flatformer.runs import load_run
-from flatformer.transformer import Transformer
+from flatformer.store.runs import load_run
+from flatformer.model.transformer import Transformer
 
 
 def random_case(cfg, seed=0, batch=4):
@@ -156,7 +156,7 @@ def test_paper_circuit_is_faithful_minimal_and_the_papers_algorithm(paper):
     } <= kept
     methods = report["methods"]
     assert methods["acdc"]["faithfulness"] >= 0.95
-    from flatformer.report import circuit_html
+    from flatformer.publish.report import circuit_html
 
     html = circuit_html(report)  # the reproduce report's section
     assert "a0.0 → m0" in html and f"{circuit['edges_kept']} of 13 edges" in html

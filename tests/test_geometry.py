@@ -98,7 +98,8 @@ def test_comparisons_equal_rsatoolbox(rng):
 def test_geometry_command_on_the_paper_model(paper_run, tmp_path):
     from typer.testing import CliRunner
 
-    from flatformer.cli import app, load_commands
+    from flatformer.commands.app import app
+    from flatformer.commands.cli import load_commands
 
     load_commands()
     export = tmp_path / "rdms.npz"
@@ -144,7 +145,7 @@ PLANTED = "blocks.0.attn.hook_pattern.h0"  # the activation least like any other
 
 def test_data_recovers_a_planted_activation_and_a_shuffled_control_is_null(paper_run, tmp_path):
     from flatformer.rsa import representations, stimuli
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     run = load_run(paper_run)
     tokens, read, _ = stimuli(run)

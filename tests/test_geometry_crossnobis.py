@@ -77,7 +77,7 @@ def test_crossnobis_and_noise_covariances_equal_rsatoolbox():
 
 def _planted(paper_run, repeats, scale=1.0):
     from flatformer.rsa import stimuli
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     run = load_run(paper_run)
     tokens, read, _ = stimuli(run)
@@ -149,7 +149,7 @@ def test_data_crossnobis_bad_input_is_one_line(paper_run, tmp_path):
 
 
 def test_model_crossnobis_over_held_out_windows(paper_run):
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     result = cli_here("geometry", paper_run, "--crossnobis", "--json")
     assert result.returncode == 0, result.stderr
@@ -188,7 +188,7 @@ def three_seeds(tmp_path_factory):
 
 def test_seeds_with_every_measure(three_seeds):
     from flatformer.rsa import stimuli
-    from flatformer.runs import load_run, seed_runs
+    from flatformer.store.runs import load_run, seed_runs
 
     result = cli_here("geometry", three_seeds, "--seeds", "--measure", "all", "--json")
     assert result.returncode == 0, result.stderr

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from flatformer.config import preset
-from flatformer.data import TaskData
-from flatformer.evaluate import evaluate
+from flatformer.tasks.windows import TaskData
+from flatformer.training.evaluate import evaluate
 from flatformer.explorer.page import CONSTANTS
 from flatformer.engine.model import Params, backward, cross_entropy, forward, init_params
 from flatformer.engine.dtypes import default_dtype
 from flatformer.engine.optim import AdamW
 from flatformer.tasks import get_task
-from flatformer.train import get_recipe
+from flatformer.training.trainer import get_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = shutil.which("node")
@@ -194,7 +194,7 @@ def test_playground_command_writes_one_offline_page(tmp_path):
 def test_javascript_recipe_equals_get_recipe(name, steps):
     """The page's recipe is train.get_recipe's: the default, the task's defaults, the steps
     (with the selection step moved for short runs); and Recipe accepts it as it is."""
-    from flatformer.train import Recipe
+    from flatformer.training.trainer import Recipe
 
     from flatformer.explorer.page import CONSTANTS
 

@@ -4,7 +4,7 @@ import json
 
 from clitools import assert_one_line_error, cli_here
 
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 
 SHIFT = """
 from flatformer import rasp

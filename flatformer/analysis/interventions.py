@@ -2,8 +2,7 @@
 
 The knobs (head zero/mean ablation, MLP off, positions off, attention scaled by beta) and their
 cost, KL(original || changed), live in the numeric layer, `flatformer.readout.knobs`, shared with
-the explorer page; they are re-exported here only for code (the tests) that imports them from
-this module. A patch is a hook like any knob: `{activation name: fn(activation, name)}`.
+the explorer page. A patch is a hook like any knob: `{activation name: fn(activation, name)}`.
 """
 
 from __future__ import annotations
@@ -11,13 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FlatformerError
-from ..readout.batches import next_token_logits  # noqa: F401
 from ..readout.knobs import (
     Hooks,
     Knob,
     combine,
     head_means,
-    knob_kls,  # noqa: F401
     mean_head,
     mlp_off,
     positions_off,
@@ -26,8 +23,8 @@ from ..readout.knobs import (
     switches,
     zero_head,
 )
-from ..readout.probs import kl_divergence, log_softmax  # noqa: F401
-from ..transformer import Transformer
+from ..readout.probs import kl_divergence
+from ..model.transformer import Transformer
 
 
 def _axes(name: str):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import TaskData, evenly_spaced
+from ..tasks.windows import TaskData, evenly_spaced
 from ..edges.methods import build_problem, find_circuits
 from ..errors import FlatformerError
-from ..evaluate import evaluate
+from ..training.evaluate import evaluate
 from ..store.read import read_text
 from ..engine.model import Params
 from ..readout import KL_DIRECTION, by_length, knob_kls, reference_windows, standard_knobs

@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..limits import strict_json
-from ..labels import short
+from ..store.limits import strict_json
+from ..readout.labels import short
 from ..analysis.circuits import TOP_K
 from ..errors import FlatformerError
 from .app import app, out
@@ -287,14 +287,14 @@ def analyze(
     from ..analysis.interventions import patching_sweep
     from ..analysis.report import analyze as run_analysis
     from ..analysis.report import read_prompts
-    from ..runs import load_run
+    from ..store.runs import load_run
 
     loaded = load_run(run)
     if k < 1:
         raise FlatformerError(f"--k must be >= 1, got {k}")
     given, source, examples = None, None, None
     if prompts is not None and is_examples_file(prompts):
-        from ..prompts import read_examples
+        from ..tasks.prompts import read_examples
 
         examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx)
         tokens, index = examples[0], examples[1]
@@ -416,7 +416,7 @@ def generate(
     optionally with heads, MLPs or positions switched off or the attention scaled."""
     from ..readout import switches
     from ..readout import generate as sample
-    from ..runs import load_run
+    from ..store.runs import load_run
 
     loaded = load_run(run)
     task = loaded.task

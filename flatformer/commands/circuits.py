@@ -9,9 +9,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..limits import strict_json
+from ..store.limits import strict_json
 from ..errors import FlatformerError
-from ..limits import number, whole
+from ..store.limits import number, whole
 from .app import app, console, out
 
 
@@ -200,7 +200,7 @@ def circuits(
     receivers q/k/v, MLPs mL, logits) ablated alone, the smallest faithful circuit, and EAP,
     EAP-IG and ACDC scored against the exact effects."""
     from ..config import require_causal
-    from ..runs import load_run
+    from ..store.runs import load_run
 
     loaded = load_run(run)
     require_causal(loaded.cfg, "the edge graph of circuits")
@@ -208,7 +208,7 @@ def circuits(
     if prompts.isdigit():
         prompts = whole("--prompts", int(prompts), 1, 1_000_000)
     else:
-        from ..prompts import read_examples
+        from ..tasks.prompts import read_examples
 
         examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx)
         prompts = len(examples[0])

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import FlatformerError
-from ..limits import strict_json
+from ..store.limits import strict_json
 from .app import app, console, out
 
 MAX_STIMULI_BYTES = 16 << 20  # a million prompts of a few words
@@ -154,7 +154,7 @@ def geometry(
     from ..rsa.stimuli import short
     from ..rsa.crossnobis import NOISE_METHODS
     from ..rsa.report import geometry_report, parse_measures, seeds_report
-    from ..runs import load_run, seed_runs
+    from ..store.runs import load_run, seed_runs
 
     measures = parse_measures(measure)
     if export:  # refused before the work, not after it

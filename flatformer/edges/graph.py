@@ -36,7 +36,7 @@ from ..engine.components import (
     mlp_backward,
     pos_embed,
 )
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 
 
 @dataclass

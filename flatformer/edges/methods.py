@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..data import TaskData, evenly_spaced
+from ..tasks.windows import TaskData, evenly_spaced
 from ..errors import FlatformerError
 from ..readout import knob_kl, log_softmax, reference_windows
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 from .graph import EdgeGraph
 
 ABLATIONS = ("mean", "resample", "zero")
@@ -132,7 +132,7 @@ def build_problem(
     if metric not in METRICS:
         raise FlatformerError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
     graph = EdgeGraph(model)
-    if examples is not None:  # a prompts file (flatformer.prompts.read_examples)
+    if examples is not None:  # a prompts file (flatformer.tasks.prompts.read_examples)
         tokens, index, target, *given = examples
     else:
         tokens, index, target = prompts_for(task, data, n_prompts)
@@ -177,7 +177,7 @@ def prompt_bytes(cfg, width: int) -> int:
 def check_memory(cfg, n_prompts: int, width: int, from_file: bool):
     """Refuse, before the model reads the prompts, more than the machine's available memory
     (train's measure of it), with the number of prompts that would fit."""
-    from .. import resources
+    from ..store import resources
 
     per_prompt = prompt_bytes(cfg, width)
     memory = resources.available_memory()

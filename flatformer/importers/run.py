@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import FlatformerError
-from ..checkpoints import checkpoint_bytes
+from ..store.checkpoints import checkpoint_bytes
 from ..store.layout import checkpoint_path
 from ..store.lock import hold
 from ..store.read import read_text

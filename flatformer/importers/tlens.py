@@ -25,7 +25,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import FlatformerError
 from ..store.read import read_json
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 from . import tl_source, validate
 from .common import Imported, as_array, check_ln_eps, refuse, sha256, torch_state
 

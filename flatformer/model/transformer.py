@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import ModelConfig
-from .errors import FlatformerError
-from .engine.model import Params, forward, hook_names
+from ..config import ModelConfig
+from ..errors import FlatformerError
+from ..engine.model import Params, forward, hook_names
 
 
 class Transformer:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import FlatformerError
-from .store.read import read_text
+from ..errors import FlatformerError
+from ..store.read import read_text
 
 MAX_TOKENS = 100_000
 MAX_BYTES = 64 << 20

@@ -9,8 +9,8 @@ import sys
 
 import typer
 
-from .commands.app import app, console, out  # noqa: F401  (tests and notebooks use them)
-from .errors import FlatformerError
+from .app import app, console
+from ..errors import FlatformerError
 
 
 def load_commands():
@@ -18,7 +18,7 @@ def load_commands():
     import importlib
     import pkgutil
 
-    from . import commands
+    from .. import commands
 
     first = ["train", "reproduce"]  # --help lists the everyday commands first
     names = sorted(info.name for info in pkgutil.iter_modules(commands.__path__))

@@ -10,7 +10,7 @@ import json
 import math
 import os
 
-from .errors import FlatformerError
+from ..errors import FlatformerError
 
 MAX_SEED = 2**32 - 1  # seeds name NumPy generators; larger ones name nothing new
 MAX_SEEDS = 10_000  # seeds trained in one batched program (the memory check says more)

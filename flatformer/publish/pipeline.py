@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from .errors import FlatformerError
-from .limits import processes
+from ..errors import FlatformerError
+from ..store.limits import processes
 
 Progress = Callable[[str, int, int, str], None]
 
@@ -42,15 +42,15 @@ def train_info(trainer) -> str:
 
 
 def compile_notice() -> str:
-    from .engine.kernels import compile_estimate
+    from ..engine.kernels import compile_estimate
 
     return f"compiling the engine, once ({compile_estimate()}; later runs start warm)..."
 
 
 def train_job(job, resume: bool = False, progress: Progress = quiet):
     """Train `job` (a `train.Job`), reporting every 100 steps; returns the Trainer."""
-    from .jobs import capped_note
-    from .train import train
+    from ..training.jobs import capped_note
+    from ..training.trainer import train
 
     total, note = job.recipe.steps, capped_note(job)
     started = []
@@ -105,9 +105,9 @@ def save(fig, path: Path, fmt: str):
     """Write a figure atomically (a killed run never leaves half a file)."""
     import matplotlib
 
-    from .figures.panels import RC
-    from .figures.style import DPI
-    from .store.write import atomic_write
+    from ..figures.panels import RC
+    from ..figures.style import DPI
+    from ..store.write import atomic_write
 
     buffer = io.BytesIO()
     with matplotlib.rc_context(RC):  # vector text settings apply when the file is written
@@ -120,8 +120,8 @@ _JOB: dict = {}  # what a forked worker draws from: set by draw_suite before the
 
 def draw_one(name: str) -> tuple[str, list[Path], str | None]:
     """Draw and save one figure of the current job: (name, written paths, skip message)."""
-    from .figures import NotInPlane
-    from .figures.compute import NotDrawn
+    from ..figures import NotInPlane
+    from ..figures.compute import NotDrawn
 
     ctx, folder, formats = _JOB["ctx"], _JOB["folder"], _JOB["formats"]
     compute, draw = _JOB["figures"][name]
@@ -150,7 +150,7 @@ def _die_with(parent: int):
         if os.getppid() != parent:  # the parent died before the request took effect
             os._exit(1)
     else:
-        from .sweep.worker import _watch_parent
+        from ..sweep.worker import _watch_parent
 
         _watch_parent(parent)
 
@@ -273,10 +273,10 @@ def draw_suite(
     written paths, skip messages)."""
     import multiprocessing
 
-    from .figures import FigureContext, NotInPlane, figures_for
-    from .runs import load_run
-    from .store.layout import figures_folder
-    from .store.write import OUTPUT_SUFFIXES, claim_folder, holds_only, make_folder
+    from ..figures import FigureContext, NotInPlane, figures_for
+    from ..store.runs import load_run
+    from ..store.layout import figures_folder
+    from ..store.write import OUTPUT_SUFFIXES, claim_folder, holds_only, make_folder
 
     figure_files = holds_only(*OUTPUT_SUFFIXES)
     if out_dir:
@@ -328,7 +328,7 @@ MAX_FPS = 50  # browsers play GIF delays under 20 ms at 100 ms, so faster GIFs w
 def check_figures_memory(cfg, jobs: int, resolution: int, memory: int | None = None):
     """Refuse figures whose drawing processes need more than the machine's memory, with the
     --jobs that fits."""
-    from .resources import available_memory, check_memory, figures_memory
+    from ..store.resources import available_memory, check_memory, figures_memory
 
     memory = available_memory() if memory is None else memory
     fit = max(
@@ -361,9 +361,9 @@ def write_movies(
     if not 1 <= fps <= MAX_FPS:
         raise FlatformerError(f"--fps must be between 1 and {MAX_FPS}, got {fps}")
     processes("--workers", workers)
-    from . import movies as mv
-    from .runs import load_run
-    from .store.write import OUTPUT_SUFFIXES, claim_folder, holds_only
+    from .. import movies as mv
+    from ..store.runs import load_run
+    from ..store.write import OUTPUT_SUFFIXES, claim_folder, holds_only
 
     movie_files = holds_only(*OUTPUT_SUFFIXES)  # a killed render's .NAME.partJ files included
     if out_dir:
@@ -402,8 +402,8 @@ def check_movie_memory(
 ) -> str:
     """The movies' memory (resources.movie_memory) refused, with the --every (or --movies) that
     fits, when the machine has less; else the estimate as a line to show."""
-    from .movies.frames import every_nth
-    from .resources import available_memory, check_memory, gb, movie_memory
+    from ..movies.frames import every_nth
+    from ..store.resources import available_memory, check_memory, gb, movie_memory
 
     if not 1 <= every <= 10**6:
         raise FlatformerError(f"--every must be a whole number in 1..1,000,000, got {every}")
@@ -435,9 +435,9 @@ def check_movie_memory(
 
 def write_explorer(run, path: Path, progress: Progress = quiet) -> Path:
     """The run's live explorer page, written to `path`."""
-    from .explorer.export import export_run
-    from .explorer.page import page_html
-    from .store.write import atomic_write
+    from ..explorer.export import export_run
+    from ..explorer.page import page_html
+    from ..store.write import atomic_write
 
     progress("explorer", 0, 1, "exporting every checkpoint")
     atomic_write(Path(path), page_html(export_run(run)).encode("utf-8"))
@@ -448,8 +448,8 @@ def write_explorer(run, path: Path, progress: Progress = quiet) -> Path:
 def write_analysis(run, path: Path, progress: Progress = quiet) -> dict:
     """The measured analysis of the run's last checkpoint (`analysis.report.analyze`), written
     to `path` as JSON; returns it."""
-    from .analysis.report import analyze
-    from .store.write import atomic_write
+    from ..analysis.report import analyze
+    from ..store.write import atomic_write
 
     progress("analysis", 0, 1, "interventions, lenses, circuits and the algorithm")
     analysis = analyze(run)

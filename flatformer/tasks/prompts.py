@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import FlatformerError
-from .store.read import parse_json, read_text
-from .tasks.base import cut
+from ..errors import FlatformerError
+from ..store.read import parse_json, read_text
+from .base import cut
 
 MAX_BYTES = 10_000_000
 
@@ -24,7 +24,7 @@ MAX_BYTES = 10_000_000
 def task_examples(task, data, n: int) -> list[dict]:
     """The same held-out windows, read positions and targets `flatformer circuits` measures a
     task on (edges.methods.prompts_for), with the task's corruption, as example lines."""
-    from .edges.methods import prompts_for
+    from ..edges.methods import prompts_for
 
     tokens, index, target = prompts_for(task, data, n)
     made = task.corrupt(tokens, index, np.random.default_rng(0))

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from .runs import Run
+from ..store.runs import Run
 
 # The explorer's colours, type scale and spacing, the same file its page inlines.
-TOKENS = (Path(__file__).parent / "explorer" / "tokens.css").read_text(encoding="utf-8")
+TOKENS = (Path(__file__).parent.parent / "explorer" / "tokens.css").read_text(encoding="utf-8")
 STYLE = (Path(__file__).parent / "report.css").read_text(encoding="utf-8")
 
 # What each figure shows and what to notice, keyed by file name. `{focus}` is the task's focus
@@ -133,8 +133,8 @@ def circuit_html(found: dict) -> str:
 def _png_size(path: Path) -> tuple[int, int] | None:
     """A PNG's width and height from its header (the page reserves their space before the
     lazily loaded image arrives); None when it is not a PNG."""
-    from .errors import FlatformerError
-    from .store.read import open_regular
+    from ..errors import FlatformerError
+    from ..store.read import open_regular
 
     try:
         with open_regular(path, "figure", 1 << 30) as f:  # one we just drew
@@ -155,7 +155,7 @@ def write_posters(movies: list[Path]) -> None:
     import imageio.v2 as imageio
     from PIL import Image
 
-    from .store.write import atomic_write
+    from ..store.write import atomic_write
 
     for movie in movies:
         reader = imageio.get_reader(movie)
@@ -426,7 +426,7 @@ def render(report: Report, folder: Path) -> str:
 
 
 def write_report(report: Report, path: Path) -> Path:
-    from .store.write import atomic_write
+    from ..store.write import atomic_write
 
     path = Path(path)
     write_posters(report.movies)

@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoints import read_checkpoint
-from .config import ModelConfig
-from .errors import FlatformerError
+from ..config import ModelConfig
+from ..errors import FlatformerError
 from .limits import MAX_SEED, whole
-from .store.layout import CONFIG, METRICS as METRICS_FILE
-from .store.layout import checkpoint_path, checkpoint_steps, seed_folders, step_of
-from .store.read import parse_json, read_bytes
-from .store.run import read_config
-from .store.write import refuse_links
-from .transformer import Transformer
+from .layout import CONFIG, METRICS as METRICS_FILE
+from .layout import checkpoint_path, checkpoint_steps, seed_folders, step_of
+from .read import parse_json, read_bytes
+from .run import read_config
+from .write import refuse_links
+from ..model.transformer import Transformer
 
 METRICS = ("train_loss", "val_loss", "rule_error")  # with "step", in every metrics row
 MAX_METRICS_BYTES = 2**30  # 10 million rows of ~100 bytes: MAX_STEPS evaluated every step
@@ -44,7 +44,7 @@ class Run:
 
     @property
     def task(self):
-        from .tasks import task_for_run
+        from ..tasks import task_for_run
 
         return task_for_run(self.config)
 
@@ -77,7 +77,7 @@ class Run:
     def data(self):
         """The task's training and held-out data (`data.TaskData`) as this run was trained on
         them: its task, context and data seed."""
-        from .data import TaskData
+        from ..tasks.windows import TaskData
 
         return TaskData.build(self.task, self.cfg.n_ctx, self.config.get("data_seed", 0))
 
@@ -158,7 +158,7 @@ def check_task(config_file: Path, config: dict, cfg: ModelConfig):
     """The config against its task: the task (with its settings) must exist and make exactly
     the config's vocabulary, so every token id the task produces is a row of W_E (a tampered
     task would send the compiled kernels reading past the end of a weight matrix)."""
-    from .tasks import task_for_run
+    from ..tasks import task_for_run
 
     try:
         task = task_for_run(config)

@@ -10,21 +10,21 @@ from typing import Callable
 
 import numpy as np
 
-from .checkpoints import Snapshot, checkpoint_layout, read_checkpoint
-from .data import TaskData
-from .engine import kernels
-from .engine.model import Params, backward, cross_entropy, forward, init_params, keep_freed_memory
-from .engine.optim import AdamW
-from .errors import FlatformerError
+from ..store.checkpoints import Snapshot, checkpoint_layout, read_checkpoint
+from ..tasks.windows import TaskData
+from ..engine import kernels
+from ..engine.model import Params, backward, cross_entropy, forward, init_params, keep_freed_memory
+from ..engine.optim import AdamW
+from ..errors import FlatformerError
 from .evaluate import check_indices, evaluate
 from .jobs import Job
 from .recipes import RECIPES, Recipe, get_recipe
-from .resources import check_fits
-from .runs import read_metrics
-from .store.layout import CHECKPOINTS, METRICS, checkpoint_name, checkpoint_path
-from .store.lock import hold_all
-from .store.run import resume_step, start_run
-from .store.write import WriteFailed, append_write, atomic_write, claim_folder
+from ..store.resources import check_fits
+from ..store.runs import read_metrics
+from ..store.layout import CHECKPOINTS, METRICS, checkpoint_name, checkpoint_path
+from ..store.lock import hold_all
+from ..store.run import resume_step, start_run
+from ..store.write import WriteFailed, append_write, atomic_write, claim_folder
 
 # Kept importable from here, where scripts, tests and the notebook import them.
 __all__ = ["RECIPES", "Diverged", "Job", "Recipe", "Snapshot", "Trainer", "get_recipe", "train"]

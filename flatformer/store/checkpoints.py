@@ -19,10 +19,10 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from .config import MAX_PARAMS, ModelConfig
-from .engine.model import Params
-from .errors import FlatformerError
-from .store.read import open_regular
+from ..config import MAX_PARAMS, ModelConfig
+from ..engine.model import Params
+from ..errors import FlatformerError
+from .read import open_regular
 
 # Weights and two optimizer moments of the largest model the config allows, with room for the
 # header and counters: a bigger file is refused before it is read.

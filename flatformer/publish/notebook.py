@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import FlatformerError
-from .runs import Run, load_run
-from .transformer import Transformer
+from ..errors import FlatformerError
+from ..store.runs import Run, load_run
+from ..model.transformer import Transformer
 
 
 class Explorer:
@@ -29,7 +29,7 @@ class Explorer:
     """
 
     def __init__(self, document: str, height: int, label: str):
-        from .explorer import iframe_html
+        from ..explorer import iframe_html
 
         self.document = document
         self.height = height
@@ -60,7 +60,7 @@ def show(
     >>> import flatformer
     >>> flatformer.show("runs/plus-last-even-seed0", height=700)   # doctest: +SKIP
     """
-    from .explorer import render_html
+    from ..explorer import render_html
 
     if not isinstance(height, int) or isinstance(height, bool) or not 200 <= height <= 10_000:
         raise FlatformerError(

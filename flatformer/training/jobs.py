@@ -12,18 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import __version__
-from .errors import FlatformerError
-from .limits import MAX_SEED, MAX_SEEDS, whole
-from .store.layout import seed_folder
-from .store.write import output_folder
-from .suggest import did_you_mean
+from .. import __version__
+from ..errors import FlatformerError
+from ..store.limits import MAX_SEED, MAX_SEEDS, whole
+from ..store.layout import seed_folder
+from ..store.write import output_folder
+from ..errors import did_you_mean
 
 if TYPE_CHECKING:
-    from .config import ModelConfig
-    from .engine.select import Engine
+    from ..config import ModelConfig
+    from ..engine.select import Engine
     from .recipes import Recipe
-    from .tasks.base import Task
+    from ..tasks.base import Task
 
 MAX_STEPS_VARIABLE = "FLATFORMER_MAX_STEPS"
 
@@ -86,8 +86,8 @@ class Job:
     engine: Engine | str = "auto"
 
     def __post_init__(self):
-        from .engine.dtypes import default_dtype  # numba's import waits for a job to be made
-        from .engine.select import choose
+        from ..engine.dtypes import default_dtype  # numba's import waits for a job to be made
+        from ..engine.select import choose
 
         if self.recipe.dtype == "auto":
             self.recipe = dataclasses.replace(self.recipe, dtype=default_dtype(self.cfg))
@@ -129,9 +129,9 @@ class JobSpec:
     def build(self):
         """The training job (a Job) and its output folder."""
 
-        from .config import PRESETS, ModelConfig, preset
-        from .tasks import get_task
-        from .tasks.corpus import CorpusTask
+        from ..config import PRESETS, ModelConfig, preset
+        from ..tasks import get_task
+        from ..tasks.corpus import CorpusTask
         from .recipes import Recipe, get_recipe
 
         if self.corpus is not None and self.task is not None:

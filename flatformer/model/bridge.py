@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from .config import ModelConfig
-from .errors import FlatformerError
+from ..config import ModelConfig
+from ..errors import FlatformerError
 
 try:
     import torch
@@ -57,7 +57,7 @@ if torch is not None:
                     for name in cfg.param_shapes()
                 }
             )
-            from .engine.model import hook_names
+            from ..engine.model import hook_names
 
             self.hook_points = nn.ModuleDict()
             for name in hook_names(cfg):
@@ -163,7 +163,7 @@ def _as_model(run_or_model, step):
 
     if isinstance(run_or_model, Transformer):
         return run_or_model
-    from .runs import load_run
+    from ..store.runs import load_run
 
     run = load_run(run_or_model) if not hasattr(run_or_model, "model") else run_or_model
     return run.model(step)

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import FlatformerError
+from ..errors import FlatformerError
 from .pipeline import (
     Progress,
     draw_suite,
@@ -27,8 +27,8 @@ STAGES = ["train", "figures", "movies", "explorer", "analysis", "report"]
 def prepare_folder(out_dir: Path, wanted: dict, force: bool) -> bool:
     """True when `out_dir` already holds this very run (resume it); refuses a different run
     unless `force`, which clears it."""
-    from .store.run import has_run, holds_config
-    from .store.write import refuse_links
+    from ..store.run import has_run, holds_config
+    from ..store.write import refuse_links
 
     run = Path(out_dir) / "run"
     if not has_run(run):
@@ -75,9 +75,9 @@ def reproduce(
 
     Besides each stage's own reports, `progress` gets ("reproduce", i, 6, "STAGE: what") as
     stage i of the six begins. `overrides` change model or recipe fields, as in `JobSpec`."""
-    from .jobs import JobSpec
+    from ..training.jobs import JobSpec
     from .report import Report, write_report
-    from .runs import load_run
+    from ..store.runs import load_run
 
     out_dir = Path(out_dir)
     run_dir = out_dir / "run"

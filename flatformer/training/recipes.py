@@ -7,9 +7,9 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from .errors import FlatformerError
-from .limits import MAX_STEPS, number, whole
-from .suggest import did_you_mean
+from ..errors import FlatformerError
+from ..store.limits import MAX_STEPS, number, whole
+from ..errors import did_you_mean
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine import kernels
-from .engine.select import Engine, for_params
-from .data import TaskData
-from .engine.model import Params, cross_entropy, forward, keep_freed_memory
-from .errors import FlatformerError
-from .runs import load_run
+from ..engine import kernels
+from ..engine.select import Engine, for_params
+from ..tasks.windows import TaskData
+from ..engine.model import Params, cross_entropy, forward, keep_freed_memory
+from ..errors import FlatformerError
+from ..store.runs import load_run
 
 
 # Evaluation runs in pieces of GROUP seeds x CHUNK windows: whole-set arrays are large enough that

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import FlatformerError
-from .tasks.base import Task
+from ..errors import FlatformerError
+from .base import Task
 
 VAL_WINDOWS = 400
 

@@ -13,10 +13,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import VAL_WINDOWS
-from .errors import FlatformerError
-from .evaluate import CHUNK, GROUP
-from .store.layout import checkpoint_steps
+from ..tasks.windows import VAL_WINDOWS
+from ..errors import FlatformerError
+from ..training.evaluate import CHUNK, GROUP
+from .layout import checkpoint_steps
 
 BASE_MEMORY = 200 * 2**20  # the interpreter, NumPy and the task's data
 # train.MAX_MEMBERS and train.CHUNK (train imports this module, so they cannot be read from
