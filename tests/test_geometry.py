@@ -160,13 +160,13 @@ def test_data_recovers_a_planted_activation_and_a_shuffled_control_is_null(paper
     assert result.returncode == 0, result.stderr
     d = json.loads(result.stdout)["data"]
     assert d["best"] == PLANTED
-    best = next(a for a in d["activations"] if a["name"] == PLANTED)
+    best = d["by_activation"][PLANTED]
     lower, upper = d["noise_ceiling"]
     assert lower < upper and best["correlation"] >= lower and best["p"] < 0.05
     assert best["ci"][0] <= best["correlation"] <= best["ci"][1]
     shuffled = _geometry(paper_run, "--data", str(tmp_path / "shuffled.npy"), *fast)
     s = json.loads(shuffled.stdout)["data"]
-    assert next(a for a in s["activations"] if a["name"] == PLANTED)["p"] > 0.05
+    assert s["by_activation"][PLANTED]["p"] > 0.05
     # stimuli x channels: no ceiling, and the reason is given
     np.savetxt(tmp_path / "mean.csv", recordings.mean(1), delimiter=",")
     flat = json.loads(_geometry(paper_run, "--data", str(tmp_path / "mean.csv"), *fast).stdout)[
@@ -228,7 +228,8 @@ def test_seed_figures_are_written_one_per_activation(tmp_path):
     report = {
         "seeds": ["seed_0", "seed_1"],
         "measures": ["cka"],
-        "activations": {
+        "activations": ["hook_embed", "blocks.0.attn.hook_k.h0"],
+        "by_activation": {
             "hook_embed": {"cka": {"matrix": m}},
             "blocks.0.attn.hook_k.h0": {"cka": {"matrix": m}},
         },

@@ -109,7 +109,7 @@ def test_data_crossnobis_recovers_the_planted_activation_inside_the_ceiling(pape
     assert d["rdm"] == "crossnobis" and d["model_rdm"] == "euclidean"
     assert d["repeat_groups"] == 3 and d["channels_left_out"] == 0
     assert d["best"] == PLANTED
-    best = next(a for a in d["activations"] if a["name"] == PLANTED)
+    best = d["by_activation"][PLANTED]
     lower, upper = d["noise_ceiling"]
     assert lower <= best["correlation"] <= upper and best["p"] < 0.05
     # three repeats: one group, so no ceiling, and the reason says why
@@ -199,7 +199,7 @@ def test_seeds_with_every_measure(three_seeds):
     x0, x2 = (
         representations(r.model(None), tokens, read)["blocks.0.hook_resid_mid"] for r in runs[::2]
     )
-    entry = report["activations"]["blocks.0.hook_resid_mid"]
+    entry = report["by_activation"]["blocks.0.hook_resid_mid"]
     for measure, a in entry.items():
         m = np.asarray(a["matrix"])
         assert m.shape == (3, 3) and np.allclose(m, m.T)

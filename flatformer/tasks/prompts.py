@@ -76,6 +76,40 @@ def _sequence(task, text, what, line, n_ctx) -> list[int]:
     return ids
 
 
+def read_lines(path, task, n_ctx: int, what: str = "prompts file") -> tuple[list[np.ndarray], int]:
+    """Prompts from a file, one a line, encoded by the run's task (its tokenizer, where it has
+    one); blank lines and lines starting with # are skipped. A prompt longer than the context is
+    read through its last n_ctx tokens, as the model would see it while generating. Returns
+    (prompts, how many were cut); one-line errors name the line."""
+    prompts, cut = [], 0
+    for n, raw in enumerate(read_text(path, what, MAX_BYTES).splitlines(), 1):
+        text = raw.strip()
+        if not text or text.startswith("#"):
+            continue
+        ids = _encode(task, text, "prompt", n)
+        if not ids:
+            raise FlatformerError(f"prompts line {n}: the prompt encodes to no token")
+        if len(ids) > n_ctx:
+            ids, cut = ids[-n_ctx:], cut + 1
+        prompts.append(np.asarray(ids, dtype=np.int64))
+    if not prompts:
+        raise FlatformerError(f"{what} {path} holds no prompt")
+    return prompts, cut
+
+
+def is_examples_file(path) -> bool:
+    """A JSON-lines prompts file: its first line that is not blank or a # comment parses as a
+    JSON object (a plain prompt never does: it is tokens separated by spaces)."""
+    for line in read_text(path, "prompts file", MAX_BYTES).splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            try:
+                return isinstance(parse_json(line, "prompts file"), dict)
+            except FlatformerError:  # a plain prompt, or deep nesting read as one
+                return False
+    return False
+
+
 def read_examples(path, task, n_ctx: int):
     """(tokens (B, T), index (B,), target (B,), corrupt (B, T) or None, corrupt_target or None)
     from a prompts file, every line checked; one-line errors name the line."""
