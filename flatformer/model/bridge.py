@@ -86,7 +86,9 @@ if torch is not None:
             x = self.hook("hook_embed", self.p("embed.W_E")[tokens], ctx)
             pos = self.p("pos_embed.W_pos")[:T].expand(tokens.shape[0], T, cfg.d_model)
             resid = x + self.hook("hook_pos_embed", pos, ctx)
-            mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+            mask = torch.ones(T, T, dtype=torch.bool)
+            if cfg.causal:
+                mask = mask.tril()
             for layer in range(cfg.n_layers):
                 b = f"blocks.{layer}."
                 resid = self.hook(b + "hook_resid_pre", resid, ctx)
@@ -219,6 +221,7 @@ def to_transformer_lens(run_or_model, step: int | None = None):
         normalization_type="LN" if cfg.normalization == "pre_ln" else None,
         eps=1e-5,
         positional_embedding_type="standard",
+        attention_dir="causal" if cfg.causal else "bidirectional",
         architecture="TransformerLensNative",
         init_weights=False,
         dtype=dtype,
