@@ -294,7 +294,7 @@ def analyze(
         raise FlatformerError(f"--k must be >= 1, got {k}")
     given, source, examples = None, None, None
     if prompts is not None and is_examples_file(prompts):
-        examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx)
+        examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx, loaded.vocab_out)
         tokens, index = examples[0], examples[1]
         given, source = [row[: i + 1] for row, i in zip(tokens, index)], f"examples from {prompts}"
     elif prompts is not None:

@@ -238,7 +238,7 @@ def circuits(
     else:
         from ..tasks.prompts import read_examples
 
-        examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx)
+        examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx, loaded.vocab_out)
         if not loaded.cfg.causal and len(set(examples[1])) > 1:
             raise FlatformerError(
                 f"{prompts}: this model attends to every position, so the padding after a "

@@ -53,6 +53,16 @@ class Run:
         return self.config["vocab"]
 
     @property
+    def vocab_out(self) -> list[str]:
+        """The names of the logits' classes: a compiled program's output values, else the
+        first `vocab_out` tokens' names (a model whose outputs are its inputs, or the first
+        of them, as TransformerLens's d_vocab_out reads)."""
+        classes = ((self.config.get("imported") or {}).get("rasp") or {}).get("classes")
+        if isinstance(classes, list) and len(classes) == self.cfg.vocab_out:
+            return [str(c) for c in classes]
+        return self.vocab[: self.cfg.vocab_out]
+
+    @property
     def steps(self) -> list[int]:
         """Steps with a checkpoint on disk, ascending."""
         last = (self.config.get("recipe") or {}).get("steps")

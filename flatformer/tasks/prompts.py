@@ -110,9 +110,30 @@ def is_examples_file(path) -> bool:
     return False
 
 
-def read_examples(path, task, n_ctx: int):
+def _target(task, text, what, line, classes) -> int:
+    """A target as the logit it names: a token of the task (encoded as prompts are), or, for a
+    model whose outputs are classes of their own (a compiled program's values), a class name."""
+    if classes is None or classes == task.vocab[: len(classes)]:
+        token = _one_token(task, text, what, line)
+        if classes is not None and token >= len(classes):
+            raise FlatformerError(
+                f"prompts line {line}: {what} {text!r:.40} is not one of the model's "
+                f"{len(classes)} outputs"
+            )
+        return token
+    if not isinstance(text, str) or text.strip() not in classes:
+        shown = ", ".join(classes[:8]) + (", ..." if len(classes) > 8 else "")
+        raise FlatformerError(
+            f"prompts line {line}: {what} must be one of the model's outputs ({shown}), "
+            f"got {text!r:.40}"
+        )
+    return classes.index(text.strip())
+
+
+def read_examples(path, task, n_ctx: int, classes: list[str] | None = None):
     """(tokens (B, T), index (B,), target (B,), corrupt (B, T) or None, corrupt_target or None)
-    from a prompts file, every line checked; one-line errors name the line."""
+    from a prompts file, every line checked; one-line errors name the line. `classes` names
+    the logits (`Run.vocab_out`) where they are not the task's tokens."""
     text = read_text(path, "prompts file", MAX_BYTES)
     rows = []
     for n, raw in enumerate(text.splitlines(), 1):
@@ -125,7 +146,7 @@ def read_examples(path, task, n_ctx: int):
         if extra:
             raise FlatformerError(f"prompts line {n}: unknown field {sorted(extra)[0]!r}")
         clean = _sequence(task, row["prompt"], "prompt", n, n_ctx)
-        target = _one_token(task, row["target"], "target", n)
+        target = _target(task, row["target"], "target", n, classes)
         corrupt = ctarget = None
         if "corrupt" in row:
             corrupt = _sequence(task, row["corrupt"], "corrupt", n, n_ctx)
@@ -136,7 +157,7 @@ def read_examples(path, task, n_ctx: int):
                 )
             if "corrupt_target" not in row:
                 raise FlatformerError(f"prompts line {n}: corrupt needs a corrupt_target")
-            ctarget = _one_token(task, row["corrupt_target"], "corrupt_target", n)
+            ctarget = _target(task, row["corrupt_target"], "corrupt_target", n, classes)
         rows.append((n, clean, target, corrupt, ctarget))
     if not rows:
         raise FlatformerError(f"prompts file {path} has no examples")
