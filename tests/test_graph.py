@@ -1,0 +1,208 @@
+"""Attribution graphs held to exactness as circuit-tracer's own tests hold them
+(tests/test_attributions_gemma.py there): every edge is the change in its target when its source
+is ablated in the replacement model with everything else held; each node's input is the sum of
+its incoming edges plus its bias term; the replacement model with error nodes is the model.
+Float64, 1e-9, on the paper's model and a 2-layer model (trained, with trained transcoders),
+and on random models of every architecture flatformer has."""
+
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, random_model
+from flatformer.dictionary.activations import transcoder_hooks
+from flatformer.errors import FlatformerError
+from flatformer.graph import Transcoder, attribute, load_transcoders, save_transcoders
+from flatformer.graph import train_transcoders
+from flatformer.graph.prune import influence, normalise, prune, threshold_of
+from flatformer.runs import load_run
+
+TOL = 1e-9
+
+
+def random_transcoders(model, width=12, seed=0):
+    rng = np.random.default_rng(seed)
+    d, out = model.cfg.d_model, []
+    for layer in [] if model.cfg.attn_only else range(model.cfg.n_layers):
+        hook_in, hook_out = transcoder_hooks(model, f"blocks.{layer}.hook_mlp_out")
+        out.append(
+            Transcoder(
+                layer,
+                rng.standard_normal((d, width)),
+                0.3 * rng.standard_normal(width),
+                rng.standard_normal((width, d)),
+                rng.standard_normal(d),
+                hook_in,
+                hook_out,
+            )
+        )
+    return out
+
+
+def targets(graph):
+    n = len(graph.adjacency)
+    return np.r_[np.arange(graph.n_features), np.arange(n - graph.n_logits, n)]
+
+
+def check_exact(model, transcoders, tokens):
+    """The three checks on one prompt."""
+    graph = attribute(model, transcoders, tokens)
+    rep = graph.extras["replacement"]
+    n_s, n_f = rep.n_sources, rep.n_features
+    # The replacement model with every node on is the model.
+    logits, cache = rep.run(np.ones(n_s))
+    real_logits, real = model.run_with_cache(tokens)
+    np.testing.assert_allclose(logits, real_logits, rtol=0, atol=TOL)
+    last = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+    np.testing.assert_allclose(cache[last], real[last], rtol=0, atol=TOL)
+    # Each node's input: the model's (pre-activation; logit minus mean logit) ...
+    t = targets(graph)
+    for j, (layer, pos, idx) in enumerate(graph.features):
+        tc = transcoders[[tc.layer for tc in transcoders].index(layer)]
+        assert abs(graph.inputs[j] - tc.pre(real[tc.hook_in][0, pos])[idx]) < TOL
+        assert abs(graph.activations[j] - max(graph.inputs[j], 0.0)) < TOL
+    last_logits = real_logits[0, -1]
+    expect = last_logits[graph.logit_tokens] - last_logits.mean()
+    np.testing.assert_allclose(graph.inputs[n_s:], expect, rtol=0, atol=TOL)
+    # ... is the sum of its incoming edges plus its bias (completeness).
+    np.testing.assert_allclose(
+        graph.adjacency[t].sum(1) + graph.bias[t], graph.inputs[t], rtol=0, atol=TOL
+    )
+    # Every edge is its source's ablation, everything else held: one sequence per source.
+    logits, cache = rep.run(np.ones((n_s, n_s)) - np.eye(n_s))
+    ablated = np.hstack([rep.feature_inputs(cache), rep.logit_inputs(logits, graph.logit_tokens)])
+    change = graph.inputs[t][None] - ablated  # (source, target)
+    np.testing.assert_allclose(graph.adjacency[t][:, :n_s], change.T, rtol=0, atol=TOL)
+    # Nothing flows backwards: no edge into a feature from its own block or a later one, or
+    # from a later position.
+    for j, (layer, pos, _) in enumerate(graph.features):
+        for s in np.flatnonzero(graph.adjacency[j]):
+            kind = graph.kind(s)
+            if kind in ("feature", "error"):
+                src_layer = (
+                    graph.features[s, 0]
+                    if kind == "feature"
+                    else graph.error_layers[(s - n_f) // graph.n_pos]
+                )
+                assert src_layer < layer
+    return graph
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_random_models_of_every_architecture_are_exact(name):
+    model = random_model(CONFIGS[name])
+    tokens = np.random.default_rng(1).integers(0, model.cfg.d_vocab, min(model.cfg.n_ctx, 7))
+    graph = check_exact(model, random_transcoders(model), tokens)
+    assert graph.n_logits >= 1 and graph.logit_probs[0] == graph.logit_probs.max()
+    if not model.cfg.attn_only:
+        assert graph.n_features > 0
+
+
+def test_paper_model_edges_equal_a_loop_written_from_the_paper(paper_transcoders):
+    """The paper's model (one head, no W_O, no LayerNorm): a feature's input from the token and
+    position embeddings is e_k . W_enc[:, i] at its own position plus A[q, k] (e_k W_V) . W_enc
+    from every key k; a feature's edge to a logit is a W_dec[i] . (u_t - mean u) at the last
+    position, and 0 elsewhere. Written with explicit loops."""
+    run, transcoders = paper_transcoders
+    model, w = run.model(), run.model().tensors
+    tokens = np.asarray(run.data().val_inputs)[3]
+    graph = check_exact(model, transcoders, tokens)
+    tc, T = transcoders[0], len(tokens)
+    _, cache = model.run_with_cache(tokens)
+    A = cache["blocks.0.attn.hook_pattern"][0, 0]
+    n_f = graph.n_features
+    tok0, pos0 = n_f + graph.n_errors, n_f + graph.n_errors + T
+    for j, (_, q, i) in enumerate(graph.features):
+        for k in range(T):
+            for col, e in (
+                (tok0 + k, w["embed.W_E"][tokens[k]]),
+                (pos0 + k, w["pos_embed.W_pos"][k]),
+            ):
+                expect = A[q, k] * (e @ w["blocks.0.attn.W_V"][0]) @ tc.W_enc[:, i]
+                if k == q:
+                    expect += e @ tc.W_enc[:, i]
+                assert abs(graph.adjacency[j, col] - expect) < TOL
+    U = w["unembed.W_U"]
+    n = len(graph.adjacency)
+    for r, t in enumerate(graph.logit_tokens):
+        u = U[:, t] - U.mean(1)
+        for j, (_, q, i) in enumerate(graph.features):
+            expect = graph.activations[j] * tc.W_dec[i] @ u if q == T - 1 else 0.0
+            assert abs(graph.adjacency[n - graph.n_logits + r, j] - expect) < TOL
+    assert graph.n_features > 0
+
+
+def test_two_layer_model_is_exact(two_layer_transcoders):
+    run, transcoders = two_layer_transcoders
+    for row in np.asarray(run.data().val_inputs)[:3]:
+        graph = check_exact(run.model(), transcoders, row)
+    # layer-0 features feed layer-1 features somewhere
+    layer1 = np.flatnonzero(graph.features[:, 0] == 1)
+    layer0 = np.flatnonzero(graph.features[:, 0] == 0)
+    assert len(layer1) and len(layer0)
+
+
+@pytest.fixture(scope="module")
+def paper_transcoders(paper_run):
+    run = load_run(paper_run)
+    return run, train_transcoders(run, steps=300)[0]
+
+
+@pytest.fixture(scope="module")
+def two_layer_transcoders(two_layer_run):
+    run = load_run(two_layer_run)
+    return run, train_transcoders(run, steps=300)[0]
+
+
+def test_trained_transcoders_reconstruct_and_round_trip(paper_run, tmp_path):
+    run = load_run(paper_run)
+    transcoders, metrics = train_transcoders(run, steps=300)
+    assert metrics[0]["fvu"] < 0.3 and metrics[0]["l0"] > 0
+    save_transcoders(transcoders, tmp_path / "tc")
+    back = load_transcoders(tmp_path / "tc", run.model())
+    for a, b in zip(transcoders, back):
+        for n, v in a.weights().items():
+            np.testing.assert_array_equal(v, b.weights()[n])
+    with pytest.raises(FlatformerError, match="no transcoder for block 0"):
+        load_transcoders(tmp_path, run.model())
+
+
+# ---- pruning ------------------------------------------------------------------------------
+
+
+def test_influence_is_the_matrix_series():
+    rng = np.random.default_rng(0)
+    A = np.tril(rng.random((6, 6)), -1)  # acyclic
+    w = rng.random(6)
+    series = w @ (np.linalg.inv(np.eye(6) - A) - np.eye(6))
+    np.testing.assert_allclose(influence(A, w), series, rtol=1e-12)
+    np.testing.assert_allclose(
+        normalise(np.array([[1.0, -3.0], [0.0, 0.0]])), [[0.25, 0.75], [0.0, 0.0]]
+    )
+
+
+def test_threshold_keeps_the_smallest_top_set_reaching_the_fraction():
+    scores = np.array([5.0, 3.0, 1.0, 1.0])  # cumulative 0.5, 0.8, 0.9, 1.0
+    assert threshold_of(scores, 0.8) == 3.0
+    assert threshold_of(scores, 0.81) == 1.0
+    assert threshold_of(scores, 0.5) == 5.0
+
+
+def test_pruning_drops_a_feature_that_does_not_reach_the_logits(two_layer_transcoders):
+    run, transcoders = two_layer_transcoders
+    graph = attribute(run.model(), transcoders, np.asarray(run.data().val_inputs)[0])
+    kept = prune(graph, 1.0, 1.0)
+    n = len(graph.adjacency)
+    inner = n - graph.n_inputs - graph.n_logits
+    # at thresholds 1 every node with influence is kept, every edge with weight
+    has_influence = kept.influence[:inner] > 0
+    assert (kept.node_mask[:inner] <= has_influence).all()
+    assert kept.node_mask[inner:].all()
+    default = prune(graph)
+    assert default.node_mask.sum() <= kept.node_mask.sum()
+    assert default.edge_mask.sum() < (graph.adjacency != 0).sum()
+    assert (graph.adjacency[default.edge_mask] != 0).all()
+    # kept edges join kept nodes only
+    t, s = np.nonzero(default.edge_mask)
+    assert default.node_mask[t].all() and default.node_mask[s].all()
+    with pytest.raises(FlatformerError, match="between 0 and 1"):
+        prune(graph, 1.5)
