@@ -206,3 +206,63 @@ def test_pruning_drops_a_feature_that_does_not_reach_the_logits(two_layer_transc
     assert default.node_mask[t].all() and default.node_mask[s].all()
     with pytest.raises(FlatformerError, match="between 0 and 1"):
         prune(graph, 1.5)
+
+
+# ---- QK attributions ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["paper-2d", "2-layer-ln-bias", "attn-only-ln-final", "imported-features"]
+)
+def test_qk_terms_sum_to_every_score_of_every_head(name):
+    from flatformer.graph.files import qk_hooks
+    from flatformer.graph.qk import qk_terms
+
+    model = random_model(CONFIGS[name])
+    tokens = np.random.default_rng(2).integers(0, model.cfg.d_vocab, min(model.cfg.n_ctx, 6))
+    graph = attribute(model, random_transcoders(model), tokens, keep=qk_hooks(model.cfg))
+    _, real = model.run_with_cache(tokens)
+    T = len(tokens)
+    for L in range(model.cfg.n_layers):
+        scores = real[f"blocks.{L}.attn.hook_attn_scores"][0]
+        for h in range(model.cfg.n_heads):
+            for q in range(T):
+                for k in range(q + 1):
+                    terms = qk_terms(graph, L, h, q, k)
+                    assert abs(terms.sum() - scores[h, q, k]) < TOL
+            # the key side of a query's score: no source at a later position contributes
+            terms = qk_terms(graph, L, h, 1, 0)
+            later = [
+                s
+                for s in range(graph.extras["replacement"].n_sources)
+                if graph.kind(s) in ("token", "position")
+                and (s - graph.n_features - graph.n_errors) % T > 1
+            ]
+            assert not terms[later].any() and not terms[:, later].any()
+
+
+def test_qk_table_lists_the_largest_terms_and_the_rest_sums_to_the_score(paper_transcoders):
+    from flatformer.graph.export import node_records
+    from flatformer.graph.files import qk_hooks
+    from flatformer.graph.qk import qk_table
+
+    run, transcoders = paper_transcoders
+    model = run.model()
+    tokens = np.asarray(run.data().val_inputs)[5]
+    graph = attribute(model, transcoders, tokens, keep=qk_hooks(model.cfg))
+    pruned = prune(graph)
+    records = node_records(graph, pruned, run.vocab)
+    table = qk_table(graph, pruned, [r["node_id"] for r in records], top=3)
+    _, real = model.run_with_cache(tokens)
+    assert table
+    ids = {r["node_id"] for r in records} | {"bias"}
+    for row in table:
+        total = sum(t["value"] for t in row["terms"]) + row["rest"]
+        assert abs(total - row["score"]) < TOL
+        assert (
+            row["score"]
+            == real["blocks.0.attn.hook_attn_scores"][0, 0, row["query_pos"], row["key_pos"]]
+        )
+        assert len(row["terms"]) <= 3 and {t["query"] for t in row["terms"]} <= ids
+        values = [abs(t["value"]) for t in row["terms"]]
+        assert values == sorted(values, reverse=True)
