@@ -266,3 +266,51 @@ def test_qk_table_lists_the_largest_terms_and_the_rest_sums_to_the_score(paper_t
         assert len(row["terms"]) <= 3 and {t["query"] for t in row["terms"]} <= ids
         values = [abs(t["value"]) for t in row["terms"]]
         assert values == sorted(values, reverse=True)
+
+
+# ---- against the truth ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["2-layer", "2-layer-ln-bias", "attn-only-ln-final"])
+def test_paths_split_by_heads_sum_to_the_graph(name):
+    from flatformer.graph.truth import head_paths
+
+    model = random_model(CONFIGS[name])
+    tokens = np.random.default_rng(3).integers(0, model.cfg.d_vocab, 6)
+    transcoders = random_transcoders(model)
+    full = attribute(model, transcoders, tokens).adjacency
+    D, single, pairs = head_paths(model, transcoders, tokens)
+    total = D + sum(single.values()) + sum(pairs.values())
+    np.testing.assert_allclose(total, full, rtol=0, atol=TOL)
+    # the residual stream alone joins a position only to itself
+    graph = attribute(model, transcoders, tokens)
+    assert len(pairs) == model.cfg.n_heads**2
+    tok0 = graph.n_features + graph.n_errors
+    n = len(D)
+    assert not D[n - graph.n_logits :, tok0 : tok0 + len(tokens) - 1].any()
+
+
+def test_scores_against_the_paper_models_circuit(paper_transcoders):
+    from flatformer.data import TaskData
+    from flatformer.edges.methods import build_problem, find_circuits, prompts_for
+    from flatformer.graph.truth import edge_scores, score
+
+    run, transcoders = paper_transcoders
+    model = run.model()
+    data = TaskData.build(run.task, run.cfg.n_ctx)
+    truth = find_circuits(
+        build_problem(model, run.task, data, "mean", n_prompts=50), methods=("exact",)
+    )
+    edges = [(e["src"], e["dst"]) for e in truth["edges"]]
+    tokens, index, _ = prompts_for(run.task, data, 4)
+    plain, qk = zip(
+        *(edge_scores(model, transcoders, t[: i + 1], edges) for t, i in zip(tokens, index))
+    )
+    q_or_k = [i for i, (_, dst) in enumerate(edges) if dst.endswith((".q", ".k"))]
+    assert not np.array(plain)[:, q_or_k].any()  # frozen attention: no q or k edge
+    assert np.array(qk)[:, q_or_k].any()  # the QK attributions give them one
+    s = score(truth, list(qk))
+    assert 0 <= s["auc"] <= 1 and s["recall"] > 0.5
+    assert set(s["missed"]) | set(s["kept_edges"]) >= {
+        f"{a}>{b}" for a, b in truth["circuit"]["edges"]
+    }

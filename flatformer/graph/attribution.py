@@ -92,12 +92,14 @@ def attribute(
     desired_logit_prob: float = 0.95,
     batch: int = 256,
     keep: tuple[str, ...] = (),
+    heads=None,
 ) -> Graph:
     """The attribution graph of `tokens` (T,) on `model` with `transcoders` for its MLPs.
     `keep` names activations (hook names) whose per-source contributions to also return, in
     `graph.extras["contributions"][name]` (n_sources, ...), with the all-off value in
-    `graph.extras["baseline"][name]` (the QK attribution reads hook_q and hook_k)."""
-    rep = Replacement(model, transcoders, tokens)
+    `graph.extras["baseline"][name]` (the QK attribution reads hook_q and hook_k). `heads`: only
+    the paths through those heads (Replacement's)."""
+    rep = Replacement(model, transcoders, tokens, heads)
     logit_tokens, logit_probs = salient_logits(rep.logits[-1], max_n_logits, desired_logit_prob)
     n_s, n_f, k = rep.n_sources, rep.n_features, len(logit_tokens)
     target_inputs = np.zeros((n_s + 1, n_f + k))  # row 0: all off; row 1 + s: source s alone

@@ -24,9 +24,11 @@ from .transcoders import Transcoder
 
 class Replacement:
     """`model` (a Transformer) on `tokens` (T,) with `transcoders` (one per MLP, in block order)
-    standing in for its MLPs."""
+    standing in for its MLPs. `heads` (a set of (layer, head)) keeps only those heads' paths,
+    the others' frozen patterns set to 0 (None: every head): the edges through one head are the
+    graph with it minus the graph without."""
 
-    def __init__(self, model, transcoders: list[Transcoder], tokens):
+    def __init__(self, model, transcoders: list[Transcoder], tokens, heads=None):
         self.model, self.cfg = model, model.cfg
         self.tokens = model.check_tokens(tokens)[0]
         self.T = T = len(self.tokens)
@@ -36,6 +38,12 @@ class Replacement:
         self.patterns = {
             L: cache[f"blocks.{L}.attn.hook_pattern"][0] for L in range(self.cfg.n_layers)
         }
+        self.heads = heads
+        self.frozen = {L: p.copy() for L, p in self.patterns.items()}  # what `run` attends with
+        for L, p in self.frozen.items():
+            for h in range(self.cfg.n_heads):
+                if heads is not None and (L, h) not in heads:
+                    p[h] = 0.0
         self.scales = {
             n[: -len(".hook_scale")]: cache[n][0] for n in cache if n.endswith(".hook_scale")
         }
@@ -88,7 +96,7 @@ class Replacement:
             return lambda x, n: layer_norm_frozen(streams[key], w, b, scale)
 
         def pattern(L):
-            return lambda x, n: np.broadcast_to(self.patterns[L], x.shape)
+            return lambda x, n: np.broadcast_to(self.frozen[L], x.shape)
 
         def mlp_out(L):
             tc, rows = self.transcoders[L], np.flatnonzero(self.features[:, 0] == L)
