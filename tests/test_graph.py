@@ -314,3 +314,34 @@ def test_scores_against_the_paper_models_circuit(paper_transcoders):
     assert set(s["missed"]) | set(s["kept_edges"]) >= {
         f"{a}>{b}" for a, b in truth["circuit"]["edges"]
     }
+
+
+# ---- supernodes ---------------------------------------------------------------------------
+
+
+def test_supernodes_join_features_whose_decoders_agree():
+    from flatformer.graph.supernodes import decoder_groups, supernode_params
+
+    model = random_model(CONFIGS["2-layer"])
+    transcoders = random_transcoders(model, width=6)
+    W = transcoders[0].W_dec
+    W[1] = 3.0 * W[0]  # same direction, other length: one group
+    W[2] = W[0] + 1e-3 * W[3]  # nearly the same: joined to it, and so to 1
+    W[4] = -W[0]  # opposite: not joined
+    for tc in transcoders:
+        tc.b_enc[:] = 5.0  # every feature active at every position
+        tc.W_enc[:] *= 1e-3
+    tokens = np.arange(3)
+    graph = attribute(model, transcoders, tokens)
+    groups = decoder_groups(graph, np.ones(len(graph.adjacency), bool), transcoders)
+    by_features = sorted(
+        sorted({(int(graph.features[i, 0]), int(graph.features[i, 2])) for i in g}) for g in groups
+    )
+    assert [(0, 0), (0, 1), (0, 2)] in by_features
+    assert not any((0, 4) in g and (0, 0) in g for g in by_features)
+    # each feature's own occurrences at the three positions are grouped with it
+    for g in groups:
+        assert len(g) >= 3
+    ids = [f"n{i}" for i in range(len(graph.adjacency))]
+    params = supernode_params(graph, groups, ids)
+    assert all(p[0].startswith("block ") and len(p) == len(g) + 1 for p, g in zip(params, groups))

@@ -40,6 +40,8 @@ def check_schema(doc):
     for link in doc["links"]:
         assert set(link) == {"source", "target", "weight"}
         assert link["source"] in ids and link["target"] in ids and link["weight"] != 0
+    for group in doc["qParams"]["supernodes"]:
+        assert group[0].startswith("block ") and len(group) >= 3 and set(group[1:]) <= set(ids)
     logits = [n for n in doc["nodes"] if n["feature_type"] == "logit"]
     assert sum(n["is_target_logit"] for n in logits) == 1
     assert logits[0]["is_target_logit"] and logits[0]["token_prob"] > 0

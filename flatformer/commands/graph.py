@@ -108,6 +108,7 @@ def graph(
         out.print(
             Text(
                 f"{doc['metadata']['prompt']!r}: {n_feat} features, {n_err} error nodes, "
-                f"{len(doc['links'])} links kept; top output {top['clerp']}; wrote {path}"
+                f"{len(doc['links'])} links kept, {len(doc['qParams']['supernodes'])} supernodes; "
+                f"top output {top['clerp']}; wrote {path}"
             )
         )

@@ -16,7 +16,7 @@ flatformer's models add position embeddings, which circuit-tracer's models (Gemm
 not have: a position node is `P_{pos}_{pos}`, feature_type "embedding", layer "E", clerp
 "position {pos}". Nodes kept are those pruning keeps that a kept link touches, and every token,
 position and logit node, as circuit-tracer keeps them; `influence` is the node's cumulative
-influence. flatformer's own additions sit in keys the viewer does not read: `qk` (the QK
+influence. `qParams.supernodes` holds the groups supernodes.py finds. flatformer's own additions sit in keys the viewer does not read: `qk` (the QK
 attributions of attention, see qk.py) at the top level.
 """
 
@@ -96,8 +96,10 @@ def graph_json(
     transcoder_list=(),
     node_threshold: float = 0.8,
     extra: dict | None = None,
+    supernodes=(),
 ) -> dict:
-    """The graph file's contents (see the module's docstring)."""
+    """The graph file's contents (see the module's docstring). `supernodes`: [label, node id,
+    ...] lists for `qParams`, each kept with the members the file holds, if two or more."""
     records = node_records(graph, pruned, vocab)
     kept = {i for i in np.flatnonzero(pruned.node_mask)}
     dst, src = np.nonzero(pruned.edge_mask)
@@ -116,6 +118,8 @@ def graph_json(
         for i in sorted(kept)
         if records[i]["node_id"] in touched or records[i]["feature_type"] in ("embedding", "logit")
     ]
+    present = {n["node_id"] for n in nodes}
+    groups = [[g[0], *[i for i in g[1:] if i in present]] for g in supernodes]
     out = {
         "metadata": {
             "slug": slug,
@@ -127,7 +131,7 @@ def graph_json(
         },
         "qParams": {
             "pinnedIds": [],
-            "supernodes": [],
+            "supernodes": [g for g in groups if len(g) > 2],
             "linkType": "both",
             "clickedId": "",
             "sg_pos": "",

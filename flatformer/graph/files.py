@@ -15,6 +15,7 @@ from .attribution import attribute
 from .export import graph_json, node_records
 from .prune import prune
 from .qk import qk_table
+from .supernodes import decoder_groups, supernode_params
 
 METADATA = "graph-metadata.json"
 
@@ -73,6 +74,9 @@ def graph_files(
                 [f"blocks.{tc.layer}" for tc in transcoders],
                 node_threshold,
                 extra={"qk": qk_table(graph, pruned, ids)},
+                supernodes=supernode_params(
+                    graph, decoder_groups(graph, pruned.node_mask, transcoders), ids
+                ),
             )
         )
         if progress:
