@@ -345,3 +345,21 @@ def test_supernodes_join_features_whose_decoders_agree():
     ids = [f"n{i}" for i in range(len(graph.adjacency))]
     params = supernode_params(graph, groups, ids)
     assert all(p[0].startswith("block ") and len(p) == len(g) + 1 for p, g in zip(params, groups))
+
+
+def test_pair_agreement_counts_pairs():
+    from flatformer.graph.supernodes import pair_agreement
+
+    roles = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c"}
+    perfect = pair_agreement([[0, 1], [2, 3]], roles)
+    assert perfect["precision"] == 1.0 and perfect["recall"] == 1.0
+    merged = pair_agreement([[0, 1, 2, 3]], roles)  # 6 pairs grouped, 2 share a role
+    assert merged["precision"] == 2 / 6 and merged["recall"] == 1.0
+    split = pair_agreement([], roles)
+    assert np.isnan(split["precision"]) and split["recall"] == 0.0
+
+
+def test_an_mlp_without_a_transcoder_is_refused():
+    model = random_model(CONFIGS["2-layer"])
+    with pytest.raises(FlatformerError, match="block 1's MLP has no transcoder"):
+        attribute(model, random_transcoders(model)[:1], [1, 2, 3])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.components import layer_norm_frozen
+from ..errors import FlatformerError
 from .transcoders import Transcoder
 
 
@@ -33,6 +34,13 @@ class Replacement:
         self.tokens = model.check_tokens(tokens)[0]
         self.T = T = len(self.tokens)
         self.transcoders = {tc.layer: tc for tc in transcoders}
+        for L in range(self.cfg.n_layers):
+            W_out = model.tensors.get(f"blocks.{L}.mlp.W_out")
+            if W_out is not None and L not in self.transcoders and W_out.any():
+                raise FlatformerError(
+                    f"block {L}'s MLP has no transcoder: the replacement model needs one for "
+                    "every MLP that writes anything"
+                )
         logits, cache = model.run_with_cache(self.tokens)
         self.logits, self.cache = logits[0], cache  # (T, V); the cache keeps its batch axis
         self.patterns = {

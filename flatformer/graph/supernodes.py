@@ -54,3 +54,26 @@ def supernode_params(graph, groups: list[list[int]], ids: list[str]) -> list[lis
         label = f"block {L} features {', '.join(map(str, features))}"
         out.append([label, *[ids[i] for i in group]])
     return out
+
+
+def pair_agreement(groups: list[list[int]], roles: dict[int, str]) -> dict:
+    """How a grouping of nodes agrees with known roles (node -> role), counted over pairs of the
+    nodes `roles` names (the pair-counting precision and recall of clusterings, Hubert & Arabie
+    1985): precision, of the pairs grouped together, those sharing a role; recall, of the pairs
+    sharing a role, those grouped together. nan where there is no pair to count."""
+    group_of = {n: g for g, members in enumerate(groups) for n in members}
+    nodes = sorted(roles)
+    together = same = both = 0
+    for i, a in enumerate(nodes):
+        for b in nodes[i + 1 :]:
+            g = a in group_of and group_of.get(a) == group_of.get(b)
+            r = roles[a] == roles[b]
+            together += g
+            same += r
+            both += g and r
+    return {
+        "precision": both / together if together else float("nan"),
+        "recall": both / same if same else float("nan"),
+        "pairs_grouped": together,
+        "pairs_same_role": same,
+    }
