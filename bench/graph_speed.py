@@ -11,7 +11,9 @@ every edge) and pruning, median of N, on a held-out prompt of the full context; 
 same edges computed one replacement pass per source node (the ablation loop the tests check
 the graph with), in the same process.
 
-circuit-tracer (the reference a user would pick) is not run: see the results file.
+circuit-tracer (the reference a user would pick) pins older huggingface-hub and transformers
+than flatformer's environment has: bench/graph_circuit_tracer.py runs it, in one of its own, on
+the simulator model, and times both there.
 """
 
 import argparse
@@ -104,11 +106,9 @@ def main():
             )
         print()
         print(
-            "Times are wall-clock medians in one process on one BLAS thread. circuit-tracer 0.5.0 "
-            "(`pip download circuit-tracer`) was not run: it requires huggingface-hub < 1.0, "
-            "transformers <= 4.57.3 and nnsight, and this environment has huggingface-hub >= 1.0 "
-            "(its import fails: `HF_HUB_ENABLE_HF_TRANSFER` is gone from "
-            "huggingface_hub.constants), transformers 5 and no nnsight."
+            "Times are wall-clock medians in one process on one BLAS thread. circuit-tracer, the "
+            "reference a user would pick, needs an environment of its own (huggingface-hub < 1.0, "
+            "transformers <= 4.57.3); bench/graph_circuit_tracer.py times both on one model there."
         )
 
 

@@ -109,6 +109,7 @@ def test_graph_trains_transcoders_then_reuses_them(paper_run, tmp_path):
         (["--prompt", "1 +", "--slug", "../x"], ["--slug"]),
         (["--prompt", "1 +", "--transcoders", "nowhere"], ["nowhere", "not a folder"]),
         (["--prompt", "1 +", "--max-logits", "0"], ["--max-logits"]),
+        (["--prompt", "zz +"], ["'zz'", "vocabulary"]),
     ],
 )
 def test_refusals_are_one_line(paper_run, tmp_path, args, words):

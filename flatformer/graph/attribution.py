@@ -31,7 +31,8 @@ class Graph:
     logits the graph explains (most probable first); `adjacency` (n, n) the direct effects,
     target by source; `bias` (n,) each target's input with every source off, and `inputs` (n,)
     each node's input in the model (a feature's pre-activation, a logit minus the mean logit;
-    0 for source-only nodes): inputs = adjacency.sum(1) + bias for every target."""
+    0 for source-only nodes): inputs = adjacency.sum(1) + bias for every target (with every
+    head's paths; a graph of some heads only keeps the model's inputs)."""
 
     tokens: np.ndarray
     features: np.ndarray
