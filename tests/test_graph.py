@@ -363,3 +363,17 @@ def test_an_mlp_without_a_transcoder_is_refused():
     model = random_model(CONFIGS["2-layer"])
     with pytest.raises(FlatformerError, match="block 1's MLP has no transcoder"):
         attribute(model, random_transcoders(model)[:1], [1, 2, 3])
+
+
+def test_layernorm_with_its_own_scale_given_is_layernorm_and_linear():
+    from flatformer.engine.components import layer_norm, layer_norm_frozen
+
+    rng = np.random.default_rng(4)
+    x, y = rng.standard_normal((2, 5, 7))
+    w, b = rng.standard_normal(7), rng.standard_normal(7)
+    out, _, scale = layer_norm(x, w, b)
+    np.testing.assert_allclose(layer_norm_frozen(x, w, b, scale), out, rtol=0, atol=1e-12)
+    # frozen, it is affine: f(x + y) - b = (f(x) - b) + (f(y) - b)
+    lhs = layer_norm_frozen(x + y, w, b, scale) - b
+    rhs = layer_norm_frozen(x, w, b, scale) + layer_norm_frozen(y, w, b, scale) - 2 * b
+    np.testing.assert_allclose(lhs, rhs, rtol=0, atol=1e-12)
