@@ -95,7 +95,7 @@ def main():
         results = [measure(r, args.prompts) for r in runs]
         print(
             "| task | truth: circuit / edges | graph AUC, precision, recall "
-            "| with QK: AUC, precision, recall | transcoder FVU | s per graph (5 + heads) |"
+            "| with QK: AUC, precision, recall | transcoder FVU | s per prompt (graph, head splits, QK) |"
         )
         print("|---|---|---|---|---|---|")
         for r in results:
