@@ -46,9 +46,9 @@ from transformer_lens import HookedTransformerConfig  # noqa: E402
 from common import record  # noqa: E402
 from flatformer.graph import attribute, load_transcoders, save_transcoders  # noqa: E402
 from flatformer.graph import train_transcoders  # noqa: E402
-from flatformer.jobs import JobSpec  # noqa: E402
-from flatformer.runs import load_run  # noqa: E402
-from flatformer.train import train  # noqa: E402
+from flatformer.training.jobs import JobSpec  # noqa: E402
+from flatformer.store.runs import load_run  # noqa: E402
+from flatformer.training.trainer import train  # noqa: E402
 
 torch.set_num_threads(1)
 SETS = {"n_layers": 2, "ln_final": True, "n_ctx": 20, "steps": 3000}

@@ -33,9 +33,9 @@ from common import record  # noqa: E402
 from flatformer.graph import attribute, train_transcoders  # noqa: E402
 from flatformer.graph.prune import prune  # noqa: E402
 from flatformer.graph.replacement import Replacement  # noqa: E402
-from flatformer.jobs import JobSpec  # noqa: E402
-from flatformer.runs import load_run  # noqa: E402
-from flatformer.train import train  # noqa: E402
+from flatformer.training.jobs import JobSpec  # noqa: E402
+from flatformer.store.runs import load_run  # noqa: E402
+from flatformer.training.trainer import train  # noqa: E402
 
 MODELS = [
     ("paper-2d", None, {}),

@@ -35,7 +35,7 @@ from flatformer.graph.transcoders import L1, WIDTH  # noqa: E402
 from flatformer.rasp import library as lib  # noqa: E402
 from flatformer.rasp import rasp  # noqa: E402
 from flatformer.rasp.compile import compile_rasp_to_model  # noqa: E402
-from flatformer.transformer import Transformer  # noqa: E402
+from flatformer.model.transformer import Transformer  # noqa: E402
 
 PROGRAMS = [
     ("hist", lib.make_hist, [1, 2, 3, 4], 4),

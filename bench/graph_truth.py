@@ -27,13 +27,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import record  # noqa: E402
-from flatformer.data import TaskData  # noqa: E402
+from flatformer.tasks.windows import TaskData  # noqa: E402
 from flatformer.edges.methods import build_problem, find_circuits, prompts_for  # noqa: E402
 from flatformer.graph.transcoders import mlp_layers, train_transcoders  # noqa: E402
 from flatformer.graph.truth import components, edge_scores, score  # noqa: E402
-from flatformer.jobs import JobSpec  # noqa: E402
-from flatformer.runs import load_run  # noqa: E402
-from flatformer.train import train  # noqa: E402
+from flatformer.training.jobs import JobSpec  # noqa: E402
+from flatformer.store.runs import load_run  # noqa: E402
+from flatformer.training.trainer import train  # noqa: E402
 
 TASKS = (("plus-last-even", None), ("induction", None))
 

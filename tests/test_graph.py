@@ -14,7 +14,7 @@ from flatformer.errors import FlatformerError
 from flatformer.graph import Transcoder, attribute, load_transcoders, save_transcoders
 from flatformer.graph import train_transcoders
 from flatformer.graph.prune import influence, normalise, prune, threshold_of
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 
 TOL = 1e-9
 
@@ -291,7 +291,7 @@ def test_paths_split_by_heads_sum_to_the_graph(name):
 
 
 def test_scores_against_the_paper_models_circuit(paper_transcoders):
-    from flatformer.data import TaskData
+    from flatformer.tasks.windows import TaskData
     from flatformer.edges.methods import build_problem, find_circuits, prompts_for
     from flatformer.graph.truth import edge_scores, score
 

@@ -17,7 +17,7 @@ def graph(
     run: Path = typer.Argument(..., help="A run folder."),
     prompt: str | None = typer.Option(None, help="The prompt (the task's text)."),
     prompts: Path | None = typer.Option(
-        None, help="A prompts file (JSON lines, as `flatformer prompts` writes): one graph each."
+        None, help="A prompts file, one prompt a line or JSON-lines examples: one graph each."
     ),
     out_dir: Path = typer.Option(..., "--out", help="Folder for the graph JSON files."),
     transcoders: Path | None = typer.Option(
@@ -44,7 +44,7 @@ def graph(
         save_transcoders,
         train_transcoders,
     )
-    from ..runs import load_run
+    from ..store.runs import load_run
     from ..store.write import claim_folder
 
     if (prompt is None) == (prompts is None):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FlatformerError
-from ..limits import strict_json
+from ..store.limits import strict_json
 from ..store.write import atomic_write, make_folder
 from .attribution import attribute
 from .export import graph_json, node_records
@@ -31,12 +31,15 @@ def prompt_tokens(run, text: str) -> np.ndarray:
 
 
 def file_prompts(run, path) -> list[tuple[str, np.ndarray]]:
-    """(text, tokens) of every prompt of a prompts file (flatformer/prompts.py's format; the
-    graph explains the prediction after each prompt)."""
-    from ..prompts import read_examples
+    """(text, tokens) of every prompt of a prompts file: one prompt a line, or JSON-lines
+    examples (flatformer/tasks/prompts.py); the graph explains the prediction after each."""
+    from ..tasks.prompts import is_examples_file, read_examples, read_lines
 
-    tokens, index, _, _, _ = read_examples(path, run.task, run.cfg.n_ctx)
-    rows = [tokens[i, : index[i] + 1] for i in range(len(tokens))]
+    if is_examples_file(path):
+        tokens, index, *_ = read_examples(path, run.task, run.cfg.n_ctx, run.vocab_out)
+        rows = [tokens[i, : index[i] + 1] for i in range(len(tokens))]
+    else:
+        rows = read_lines(path, run.task, run.cfg.n_ctx)[0]
     return [(run.task.decode(r), r) for r in rows]
 
 
