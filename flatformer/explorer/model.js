@@ -122,7 +122,8 @@ const FlatModel = (() => {
     }
   }
 
-  // The tanh GELU's t = tanh(c (x + 0.044715 x^3)), kept for the backward pass.
+  // The tanh GELU's t = tanh(c (x + 0.044715 x^3)), written c x (1 + 0.044715 x^2); the
+  // backward pass reads it.
   const geluTanh = (x, c) => Math.tanh(c * x * (1 + 0.044715 * x * x));
 
   // The MLP's nonlinearity of one number: ReLU, the tanh GELU 0.5 x (1 + t), or the exact
@@ -296,7 +297,9 @@ const FlatModel = (() => {
     for (let i = 0; i < 3; i++) {
       const W = o.W[i], B = o.B[i], out = i === 0 ? L.q : i === 1 ? L.k : L.v;
       for (let t = 0; t < T; t++) {
-        for (let h = 0; h < H; h++) linearRow(x, t * d, d, P, W + h * d * dh, dh, P, B >= 0 ? B + h * dh : -1, out, (t * H + h) * dh);
+        for (let h = 0; h < H; h++) {
+          linearRow(x, t * d, d, P, W + h * d * dh, dh, P, B >= 0 ? B + h * dh : -1, out, (t * H + h) * dh);
+        }
       }
     }
     const z = L.z;

@@ -1,5 +1,6 @@
-// Training in JavaScript, float64, no DOM: the backward pass of flatformer/engine/model.py for every
-// block kind a config can ask for (LayerNorm or none, ReLU or tanh GELU, W_O or concatenated
+// Training in JavaScript, float64, no DOM: the backward pass of flatformer/engine/model.py, on
+// the activations model.js's forward pass (FlatModel.run) leaves, for every block kind a
+// config can ask for (LayerNorm or none, ReLU or tanh GELU, W_O or concatenated
 // heads, Q/K/V biases, attention-only blocks, ln_final, an unembedding bias), the masked
 // cross-entropy of flatformer/model.py, the recipe's cosine schedule (train.py Recipe.lr_at)
 // and AdamW with the arithmetic of flatformer/optim.py (torch.optim.AdamW's, operation by
@@ -256,10 +257,10 @@ const FlatTrain = (() => {
         let mx = -Infinity;
         for (let i = 0; i < V; i++) if (logits[o + i] > mx) mx = logits[o + i];
         let se = 0;
-        for (let i = 0; i < V; i++) se += Math.exp(logits[o + i] - mx);
+        for (let i = 0; i < V; i++) { const ex = Math.exp(logits[o + i] - mx); dl[o + i] = ex; se += ex; }
         const y = batch.targets[s][t];
         loss += (Math.log(se) - (logits[o + y] - mx)) * w;
-        for (let i = 0; i < V; i++) dl[o + i] = Math.exp(logits[o + i] - mx) / se * (w / total);
+        for (let i = 0; i < V; i++) dl[o + i] = dl[o + i] / se * (w / total);
         dl[o + y] -= w / total;
       }
       backward(cfg, P, f, dl, G);
