@@ -89,11 +89,13 @@ def fixture() -> dict:
     params = init_params(cfg, [np.random.default_rng(2)], 0.3)
     start = params.flat.copy()
     opt = AdamW(params.flat, recipe.betas, recipe.eps, recipe.weight_decay)
-    batches = []
+    batches, losses = [], []
     for step in range(recipe.steps):
         batch = batch_of(task, cfg, rng, size=8)
         batches.append(as_batch(*batch))
-        opt.step(grads_of(cfg, params.flat, *batch)[1], recipe.lr_at(step))
+        loss, grad = grads_of(cfg, params.flat, *batch)
+        losses.append(loss)
+        opt.step(grad, recipe.lr_at(step))
     adam = {
         "cfg": cfg.to_dict(),
         "params": start.tolist(),
@@ -104,6 +106,7 @@ def fixture() -> dict:
         "recipe": recipe.to_dict(),
         "final": params.flat.tolist(),
         "v": opt.v.tolist(),
+        "losses": losses,
     }
     held = []
     for name in TASKS:
