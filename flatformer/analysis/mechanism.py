@@ -140,9 +140,10 @@ def circularity(model_or_params, cfg: ModelConfig | None, task) -> float:
 
 
 def classify(gradient_sim: float, distance_irrelevance: float, accuracy: float = 1.0) -> str:
-    """ "clock", "pizza" or "other": a pizza has a distance irrelevance below 0.4 (the paper's
-    split) and a gradient symmetricity of at least 0.98, a clock the opposite of both; a model
-    whose two measures disagree, or that gets fewer than 99% of the pairs right, is "other"."""
+    """The kind, "clock", "pizza" or "other": a pizza has a distance irrelevance below 0.4
+    (the paper's split) and a gradient symmetricity of at least 0.98, a clock the opposite of
+    both; a model whose two measures disagree, or that gets fewer than 99% of the pairs right,
+    is "other"."""
     if accuracy < ACCURATE:
         return "other"
     symmetric = gradient_sim >= SYMMETRIC_ABOVE
