@@ -40,6 +40,7 @@ const FlatEdges = (() => {
     const {cfg, w} = model;
     checkTokens(cfg, tokens);
     const g = edgeGraph(cfg), T = tokens.length, d = cfg.d_model, dh = cfg.d_head;
+    const coeff = cfg.attn_coeff === undefined ? 1 : cfg.attn_coeff;  // Zhong et al.'s rate
     const WE = w["embed.W_E"].data, WP = w["pos_embed.W_pos"].data;
     const outs = {
       tok: tokens.map((t) => Array.from(WE.subarray(t * d, t * d + d))),
@@ -77,7 +78,7 @@ const FlatEdges = (() => {
         // model.js's attention on this head alone ([T][1][dh] flat), its inputs read apart
         const [q, k, v] = ["Q", "K", "V"].map((x) => Float64Array.from(qkv[x].flat()));
         const scores = new Float64Array(T * T), pattern = new Float64Array(T * T), zf = new Float64Array(T * dh);
-        attendHead(q, k, v, T, 1, dh, 0, 1, scores, pattern, zf);
+        attendHead(q, k, v, T, 1, dh, 0, 1, scores, pattern, zf, coeff);
         const z = Array.from({length: T}, (_, i) => Array.from(zf.subarray(i * dh, (i + 1) * dh)));
         outs[head] = z.map((zi) => {
           if (cfg.attn_out) return vecMat(zi, w[`blocks.${l}.attn.W_O`].data, h * dh * d, dh, d);

@@ -152,7 +152,7 @@ const FlatModel = (() => {
   // entries -inf; pattern = softmax(scores) by row, the maximum subtracted first so tiny
   // temperatures never overflow; z = pattern v. q, k, v, z are [T][H][dh] and scores, pattern
   // [H][T][T], all flat; the masked entries (j > i) are left as they are.
-  function attendHead(q, k, v, T, H, dh, h, beta, scores, pattern, z) {
+  function attendHead(q, k, v, T, H, dh, h, beta, scores, pattern, z, coeff = 1) {
     const sq = Math.sqrt(dh);
     for (let i = 0; i < T; i++) {
       const row = (h * T + i) * T, qo = (i * H + h) * dh;
@@ -169,6 +169,8 @@ const FlatModel = (() => {
       let tot = 0;
       for (let j = 0; j <= i; j++) { const ex = Math.exp(scores[row + j] - mx); pattern[row + j] = ex; tot += ex; }
       for (let j = 0; j <= i; j++) pattern[row + j] /= tot;
+      // Zhong et al.'s attention rate: coeff softmax + (1 - coeff) on every key read
+      if (coeff !== 1) for (let j = 0; j <= i; j++) pattern[row + j] = coeff * pattern[row + j] + (1 - coeff);
       for (let e = 0; e < dh; e++) {
         let s = 0;
         for (let j = 0; j <= i; j++) s += pattern[row + j] * v[(j * H + h) * dh + e];
@@ -176,6 +178,8 @@ const FlatModel = (() => {
       }
     }
   }
+
+  const attnCoeff = (cfg) => (cfg.attn_coeff === undefined ? 1 : cfg.attn_coeff);
 
   // ---- the forward pass, once ----
 
@@ -304,7 +308,7 @@ const FlatModel = (() => {
     }
     const z = L.z;
     for (let h = 0; h < H; h++) {
-      attendHead(L.q, L.k, L.v, T, H, dh, h, k.beta, L.attn_scores, L.pattern, z);
+      attendHead(L.q, L.k, L.v, T, H, dh, h, k.beta, L.attn_scores, L.pattern, z, attnCoeff(cfg));
       if (k === NO_KNOBS) continue;
       const head = `${l}.${h}`, mean = k.headsMean && k.headsMean[head];
       if (mean) for (let t = 0; t < T; t++) for (let c = 0; c < dh; c++) z[(t * H + h) * dh + c] = mean[t][h][c];
