@@ -84,10 +84,10 @@ def test_a_tl_state_dict_without_its_config_is_told_to_give_one(tmp_path, tl_wei
 def test_a_hugging_face_folder_of_another_architecture_is_refused_by_model_type(tmp_path):
     gpt2(tmp_path / "m", True)
     config = json.loads((tmp_path / "m" / "config.json").read_text())
-    config.update(model_type="llama", rope_theta=10000.0)
+    config.update(model_type="mamba")
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
     assert_one_line_error(
-        cli_here("import", tmp_path / "m", "--out", tmp_path / "r"), "model_type", "'llama'"
+        cli_here("import", tmp_path / "m", "--out", tmp_path / "r"), "model_type", "'mamba'"
     )
 
 

@@ -31,8 +31,12 @@ def read(folder: Path) -> Imported:
     if not isinstance(config, dict):
         raise FlatformerError(f"{folder}/config.json is not an object")
     model_type = config.get("model_type", "gpt2")
-    if model_type != "gpt2":
-        refuse("model_type", model_type, "only GPT-2's architecture is read from a folder")
+    if model_type != "gpt2":  # Llama, Qwen2, Gemma, GPT-NeoX (or refused by name there)
+        from . import hf_modern
+
+        imported = hf_modern.read(folder, config)
+        imported.tokenizer = read_folder(folder)
+        return imported
     act = config.get("activation_function", "gelu_new")
     if act not in ACT_FNS:
         refuse("activation_function", act, f"the engine's activations are {', '.join(ACT_FNS)}")
