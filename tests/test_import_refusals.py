@@ -12,17 +12,12 @@ from test_import_tl import GROKKING, legacy_state
 
 LN = dict(GROKKING, normalization_type="LN")
 TL_REFUSALS = [
-    ("positional_embedding_type", "rotary", GROKKING),
     ("positional_embedding_type", "shortformer", GROKKING),
-    ("normalization_type", "RMS", GROKKING),
-    ("normalization_type", "RMSPre", GROKKING),
-    ("parallel_attn_mlp", True, GROKKING),
-    ("n_key_value_heads", 2, GROKKING),
-    ("gated_mlp", True, GROKKING),
     ("output_logits_soft_cap", 30.0, GROKKING),
     ("attn_scores_soft_cap", 50.0, GROKKING),
-    ("eps", 1e-6, LN),
-    ("act_fn", "silu", GROKKING),
+    ("act_fn", "solu_ln", GROKKING),
+    ("normalization_type", "LNPost", GROKKING),
+    ("final_rms", True, LN),
     ("attention_dir", "bidirectional", GROKKING),
     ("attn_scale", 2.5, GROKKING),
 ]
