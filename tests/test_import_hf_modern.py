@@ -194,3 +194,27 @@ def test_a_long_context_is_cut_to_the_engines_and_said(tmp_path):
     imported = hf_gpt2.read(tmp_path)
     assert imported.cfg.n_ctx == 2048
     assert any("32768" in c for c in imported.provenance["changes"])
+
+
+def test_every_command_computes_the_model_or_refuses_it_in_one_line(tmp_path):
+    """eval and generate run the reference engine; the views built on the classic block say
+    which features they lack, and never show a traceback."""
+    from clitools import assert_one_line_error, cli_here
+
+    build("llama").save_pretrained(tmp_path / "m")
+    (tmp_path / "corpus.txt").write_text(" ".join(str(i % V) for i in range(200)))
+    made = cli_here(
+        "import", tmp_path / "m", "--corpus", tmp_path / "corpus.txt", "--out", tmp_path / "run"
+    )
+    assert made.returncode == 0, made.stderr
+    run = tmp_path / "run"
+    assert "held-out loss" in cli_here("eval", run).stdout
+    assert "generated" in cli_here("generate", run, "--prompt", "1 2 3", "-n", "4").stdout
+    for command in (
+        ["analyze", run],
+        ["figures", run, "--out", tmp_path / "figs"],
+        ["explore", run],
+        ["circuits", run],
+        ["geometry", run],
+    ):
+        assert_one_line_error(cli_here(*command), "classic GPT-2 block", "rotary positions")

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from ..config import require_classic
 from ..errors import FlatformerError
 from ..limits import strict_json
 from .app import app, console, out
@@ -176,6 +177,7 @@ def geometry(
         print_seeds(report)
         return
     loaded = load_run(run)
+    require_classic(loaded.cfg, "flatformer geometry")
     prompts = read_prompts(stimuli_file, loaded.vocab) if stimuli_file else None
     with console.status("geometry"):
         other = load_run(against) if against else None

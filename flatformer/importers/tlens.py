@@ -278,7 +278,6 @@ def architecture(c: dict, d_head: int) -> dict:
     """The engine's fields for the config's architecture (RMSNorm, rotary positions, gated MLP,
     parallel attention and MLP, grouped-query attention), each at its default when off."""
     where = "TransformerLens config"
-    norm = c.get("normalization_type", c.get("normalization", "LN"))
     out = {"eps": validate.eps(where, "eps", c.get("eps", 1e-5))}
     if c.get("positional_embedding_type") == "rotary":
         rotary_dim = c.get("rotary_dim")
