@@ -24,7 +24,7 @@ from ..config import LIMITS, ModelConfig, attn_weight
 from ..errors import FlatformerError
 from ..limits import number
 from . import validate
-from .common import Imported, refuse, sha256, torch_state
+from .common import Imported, refuse, sha256
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma", "gpt_neox")
 # transformers' ACT2FN names as the engine's
@@ -38,14 +38,14 @@ ACT_FNS = {
 }
 
 
-def read(folder: Path, config: dict) -> Imported:
-    """The model of a Hugging Face folder whose config.json names one of MODEL_TYPES."""
+def read(folder: Path, config: dict, source: Path, state: dict) -> Imported:
+    """The model of a Hugging Face folder whose config.json names one of MODEL_TYPES, from its
+    weights file `source` and the tensors read from it."""
     folder = Path(folder)
     where = f"{folder}/config.json"
     kind = config["model_type"]
     if kind not in MODEL_TYPES:
         refuse("model_type", kind, f"the folders read are {', '.join(('gpt2', *MODEL_TYPES))}")
-    source, state = load_state(folder)
     if kind == "gpt_neox":
         imported = gpt_neox(config, state, where)
     else:
@@ -53,17 +53,6 @@ def read(folder: Path, config: dict) -> Imported:
     imported.provenance.update(format=f"hf-{kind.replace('_', '-')}", source=str(source))
     imported.provenance["sha256"] = sha256(source)
     return imported
-
-
-def load_state(folder: Path) -> tuple[Path, dict]:
-    """The folder's weights file and its tensors, model.safetensors read without torch."""
-    if (folder / "model.safetensors").exists():
-        source = folder / "model.safetensors"
-        return source, validate.read_safetensors(source)
-    if (folder / "pytorch_model.bin").exists():
-        source = folder / "pytorch_model.bin"
-        return source, validate.state_dict(torch_state(source), str(source))
-    raise FlatformerError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
 
 
 def rope(config: dict, where: str) -> tuple[float, float]:
