@@ -125,6 +125,7 @@ def test_transformer_lens_4s_native_model_agrees_at_float32s_precision():
         (dict(normalization_type="LN", final_rms=True), ["final_rms = True"]),
         (dict(positional_embedding_type="shortformer"), ["shortformer positions"]),
         (dict(n_key_value_heads=3), ["multiple of n_key_value_heads"]),
+        (dict(use_NTK_by_parts_rope=True), ["use_NTK_by_parts_rope = True"]),
         (dict(attn_types=["global", "local"], use_local_attn=True), ["local attention"]),
     ],
 )

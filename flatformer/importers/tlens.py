@@ -165,6 +165,14 @@ def check_fields(c: dict) -> None:
     pos = c.get("positional_embedding_type", "standard")
     if pos not in ("standard", "rotary"):
         found.append(("positional_embedding_type", pos, POSITIONS.get(pos, "those positions")))
+    if pos == "rotary":  # what changes the rotary angles, inert without rotary positions
+        for name, neutral in (
+            ("use_NTK_by_parts_rope", False),
+            ("rotary_interleaved_cos_sin", False),
+            ("rotary_scaling_factor", 1.0),
+        ):
+            if c.get(name) not in (None, neutral):
+                found.append((name, c[name], "rotary angles scaled or laid out otherwise"))
     if c.get("parallel_attn_mlp") and c.get("attn_only"):
         found.append(("parallel_attn_mlp", True, "parallel attention without an MLP"))
     for name, (neutral, what) in NEUTRAL.items():
