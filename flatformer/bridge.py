@@ -113,6 +113,8 @@ if torch is not None:
                 return torch.relu(pre)
             if act_fn == "silu":
                 return nn.functional.silu(pre)
+            if act_fn == "solu_ln":  # the SoLU MLP computes its own (forward)
+                return pre
             if act_fn == "gelu_erf":
                 return nn.functional.gelu(pre)
             return nn.functional.gelu(pre, approximate="tanh")
@@ -176,6 +178,13 @@ if torch is not None:
                 else:
                     pre = h @ self.p(b + "mlp.W_in") + self.p(b + "mlp.b_in")
                     post = self.activation(self.hook(b + "mlp.hook_pre", pre, ctx))
+                if cfg.act_fn == "solu_ln":  # SoLU, then a LayerNorm over the neurons
+                    mid = self.hook(b + "mlp.hook_mid", pre * pre.softmax(-1), ctx)
+                    centred = mid - mid.mean(-1, keepdim=True)
+                    scale = (centred.pow(2).mean(-1, keepdim=True) + cfg.eps).sqrt()
+                    scale = self.hook(b + "mlp.ln.hook_scale", scale, ctx)
+                    ln = centred / scale * self.p(b + "mlp.ln.w") + self.p(b + "mlp.ln.b")
+                    post = self.hook(b + "mlp.ln.hook_normalized", ln, ctx)
                 post = self.hook(b + "mlp.hook_post", post, ctx)
                 mlp_out = self.hook(
                     b + "hook_mlp_out",

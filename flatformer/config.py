@@ -22,7 +22,7 @@ LIMITS = {
     "d_vocab": (2, 100_000),
 }
 MAX_PARAMS = 20_000_000
-ACT_FNS = ("relu", "gelu", "gelu_erf", "silu")
+ACT_FNS = ("relu", "gelu", "gelu_erf", "silu", "solu_ln")
 NORMALIZATIONS = ("none", "pre_ln", "pre_rms")
 POSITIONS = ("standard", "rotary")
 # Fields added after runs were first saved, left out of a saved config at their default.
@@ -162,6 +162,8 @@ class ModelConfig:
                 f"config: n_heads ({self.n_heads}) must be a multiple of n_key_value_heads "
                 f"({self.n_key_value_heads})"
             )
+        if self.act_fn == "solu_ln" and self.gated_mlp:
+            raise FlatformerError("config: act_fn solu_ln (SoLU with its LayerNorm) is not gated")
         if self.parallel_attn_mlp and self.attn_only:
             raise FlatformerError("config: parallel_attn_mlp needs an MLP (d_mlp > 0)")
 
@@ -206,6 +208,7 @@ class ModelConfig:
             "parallel attention and MLP": self.parallel_attn_mlp,
             "grouped-query attention": self.grouped,
             "SiLU": self.act_fn == "silu",
+            "SoLU": self.act_fn == "solu_ln" and not self.attn_only,
             f"eps {self.eps:g}": self.eps != 1e-5,
         }
         return [name for name, used in names.items() if used]
@@ -252,6 +255,8 @@ class ModelConfig:
             if self.gated_mlp:
                 shapes[b + "mlp.W_gate"] = (d, m)
             shapes[b + "mlp.W_in"], shapes[b + "mlp.b_in"] = (d, m), (m,)
+            if self.act_fn == "solu_ln":  # SoLU's LayerNorm over the d_mlp neurons
+                shapes[b + "mlp.ln.w"], shapes[b + "mlp.ln.b"] = (m,), (m,)
             shapes[b + "mlp.W_out"], shapes[b + "mlp.b_out"] = (m, d), (d,)
         if self.ln_final:
             norm("ln_final")

@@ -73,6 +73,8 @@ ARCHITECTURES = {
     # the features without normalisation, learned positions kept
     "bare": dict(gated_mlp=True, act_fn="silu", parallel_attn_mlp=True, n_key_value_heads=2),
     "rms-only": dict(normalization="pre_rms", ln_final=True, attn_out=True),
+    # TransformerLens's solu-1l to 4l: SoLU with its LayerNorm over the neurons
+    "solu": dict(normalization="pre_ln", act_fn="solu_ln", attn_out=True, ln_final=True),
 }
 
 
@@ -195,6 +197,32 @@ def test_gated_mlp_and_its_backward_are_autograds(act_fn, lead, wlead):
     dx, weight_grads = C.gated_mlp_backward(
         dout, x, W_gate, W_in, b_in, W_out, b_out, act_fn, saved
     )
+    (tout * t(dout)).sum().backward()
+    for got, want in zip((dx, *weight_grads), tensors):
+        assert got.shape == want.shape
+        close(got, want.grad.numpy())
+
+
+@pytest.mark.parametrize("lead, wlead", [((), ()), ((3,), (3,)), ((4, 2), ())])
+def test_solu_mlp_and_its_backward_are_autograds(lead, wlead):
+    d, m = 4, 7
+    x = RNG.standard_normal((*lead, 5, d)) * 2
+    W_in, W_out = RNG.standard_normal((*wlead, d, m)), RNG.standard_normal((*wlead, m, d))
+    b_in, ln_w, ln_b = RNG.standard_normal((3, *wlead, 1, m))
+    b_out = RNG.standard_normal((*wlead, 1, d))
+    seen = []
+    out, saved = C.solu_mlp(
+        x, W_in, b_in, ln_w, ln_b, W_out, b_out, 1e-5, lambda n, a: seen.append(n) or a
+    )
+    assert seen == ["hook_pre", "hook_mid", "ln.hook_scale", "ln.hook_normalized", "hook_post"]
+    tensors = [t(a) for a in (x, W_in, b_in, ln_w, ln_b, W_out, b_out)]
+    tx, tW_in, tb_in, tln_w, tln_b, tW_out, tb_out = tensors
+    pre = tx @ tW_in + tb_in
+    mid = pre * pre.softmax(-1)
+    tout = (torch.nn.functional.layer_norm(mid, (m,), eps=1e-5) * tln_w + tln_b) @ tW_out + tb_out
+    close(out, tout.detach().numpy())
+    dout = RNG.standard_normal(out.shape)
+    dx, weight_grads = C.solu_mlp_backward(dout, x, W_in, b_in, ln_w, ln_b, W_out, b_out, saved)
     (tout * t(dout)).sum().backward()
     for got, want in zip((dx, *weight_grads), tensors):
         assert got.shape == want.shape

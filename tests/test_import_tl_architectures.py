@@ -152,3 +152,21 @@ def test_a_bridge_state_dict_of_these_architectures_is_refused_naming_them(tmp_p
     message = str(err.value)
     assert "\n" not in message
     assert "normalization_type = 'RMS'" in message and "gated_mlp = True" in message
+
+
+def test_a_solu_model_imports_equal_to_transformer_lens(tmp_path):
+    """TransformerLens's solu-1l to 4l: SoLU and its LayerNorm over the neurons (`mlp.ln`),
+    which TransformerLens 4's native model computes in float64: held to it to 1e-9."""
+    from test_import_tl import GROKKING, check_against, legacy_state, tl_model
+    from test_import_tl import save as save_tl
+
+    torch.set_num_threads(1)
+    c = dict(GROKKING, act_fn="solu_ln", normalization_type="LN", n_layers=2, n_ctx=8)
+    state = legacy_state(c, torch.float64)
+    g = torch.Generator().manual_seed(1)
+    for i in range(2):
+        state[f"blocks.{i}.mlp.ln.w"] = 1 + 0.3 * torch.randn(32, generator=g, dtype=torch.float64)
+        state[f"blocks.{i}.mlp.ln.b"] = 0.3 * torch.randn(32, generator=g, dtype=torch.float64)
+    imported = tlens.read(*save_tl(tmp_path, state, c, ".pt"))
+    assert imported.cfg.act_fn == "solu_ln" and "SoLU" in imported.cfg.newer_features()
+    check_against(tl_model(c, state, torch.float64), imported, c, 1e-9)

@@ -342,6 +342,42 @@ def mlp_backward(dout, x, W_in, b_in, W_out, b_out, act_fn: str, saved, kit=None
     return dx, (dW_in, db_in, dW_out, db_out)
 
 
+def solu(pre):
+    """SoLU (Elhage et al. 2022, "Softmax Linear Units"): x softmax(x) over the neurons; (mid,
+    the softmax)."""
+    s = softmax(pre)
+    return pre * s, s
+
+
+def solu_backward(dmid, pre, s):
+    """dloss/dpre for mid = x softmax(x): s (dmid (1 + x) - sum(dmid x s))."""
+    g = dmid * pre
+    return s * (dmid + g - (g * s).sum(-1, keepdims=True))
+
+
+def solu_mlp(x, W_in, b_in, ln_w, ln_b, W_out, b_out, eps=LN_EPS, hook=no_hook):
+    """The SoLU MLP as TransformerLens writes it (act_fn "solu_ln"): pre = x W_in + b_in
+    (hook_pre), mid = solu(pre) (hook_mid), post = LayerNorm(mid) over the neurons with its
+    own gain and bias (ln.hook_scale, ln.hook_normalized, hook_post), out = post W_out + b_out.
+    Returns out and what solu_mlp_backward needs."""
+    pre = hook("hook_pre", linear(x, W_in, b_in))
+    mid, s = solu(pre)
+    mid = hook("hook_mid", mid)
+    post, x_hat, scale = layer_norm(mid, ln_w, ln_b, eps)
+    hook("ln.hook_scale", scale)
+    post = hook("hook_post", hook("ln.hook_normalized", post))
+    return linear(post, W_out, b_out), (pre, s, x_hat, scale, post)
+
+
+def solu_mlp_backward(dout, x, W_in, b_in, ln_w, ln_b, W_out, b_out, saved):
+    """dloss/dx and the weights' gradients (dW_in, db_in, dln_w, dln_b, dW_out, db_out)."""
+    pre, s, x_hat, scale, post = saved
+    dpost, dW_out, db_out = linear_backward(dout, post, W_out, b_out)
+    dmid, dln_w, dln_b = layer_norm_backward(dpost, x_hat, scale, ln_w)
+    dx, dW_in, db_in = linear_backward(solu_backward(dmid, pre, s), x, W_in, b_in)
+    return dx, (dW_in, db_in, dln_w, dln_b, dW_out, db_out)
+
+
 def gated_mlp(x, W_gate, W_in, b_in, W_out, b_out, act_fn: str, hook=no_hook, kit=None):
     """The gated MLP (Shazeer 2020, "GLU Variants Improve Transformer"; SwiGLU with silu,
     GeGLU with gelu), as TransformerLens writes it: out = (act(x W_gate) * (x W_in) + b_in)

@@ -41,6 +41,8 @@ from .components import (
     rotary,
     rotary_backward,
     rotary_tables,
+    solu_mlp,
+    solu_mlp_backward,
     sum_to,
 )
 from .params import Params, init_params
@@ -97,7 +99,10 @@ def hook_names(cfg: ModelConfig) -> list[str]:
             if cfg.pre_norm:
                 names += [b + "ln2.hook_scale", b + "ln2.hook_normalized"]
             mlp_hooks = ("pre", "pre_linear", "post") if cfg.gated_mlp else ("pre", "post")
-            names += [b + f"mlp.hook_{n}" for n in mlp_hooks] + [b + "hook_mlp_out"]
+            if cfg.act_fn == "solu_ln":
+                mlp_hooks = ("pre", "mid", "ln.hook_scale", "ln.hook_normalized", "post")
+            names += [b + "mlp." + ("" if "." in n else "hook_") + n for n in mlp_hooks]
+            names.append(b + "hook_mlp_out")
         names.append(b + "hook_resid_post")
     if cfg.ln_final:
         names += ["ln_final.hook_scale", "ln_final.hook_normalized"]
@@ -224,6 +229,14 @@ def forward(
                 mlp_in.reshape(S, -1, d), *mlp_weights(params, b), cfg.act_fn, mlp_hooks, kit
             )
             cache["_" + b + "mlp.act"] = act
+        elif cfg.act_fn == "solu_ln":
+            W_in, b_in, W_out, b_out = mlp_weights(params, b)
+            mlp_out, (_, softmax_, x_hat, _, _) = solu_mlp(
+                mlp_in.reshape(S, -1, d), W_in, b_in, *solu_ln(params, b), W_out, b_out,
+                cfg.eps, mlp_hooks,
+            )  # fmt: skip
+            cache["_" + b + "mlp.softmax"], cache["_" + b + "mlp.x_hat"] = softmax_, x_hat
+            saved = None
         else:
             mlp_out, (*_, saved) = mlp(
                 mlp_in.reshape(S, -1, d), *mlp_weights(params, b), cfg.act_fn, mlp_hooks, kit
@@ -281,6 +294,11 @@ def mlp_weights(params: Params, b: str) -> tuple:
         params[b + "mlp.W_out"],
         params[b + "mlp.b_out"][:, None],
     )
+
+
+def solu_ln(params: Params, b: str) -> tuple:
+    """The gain and bias of block `b`'s SoLU LayerNorm, each (S, 1, m)."""
+    return params[b + "mlp.ln.w"][:, None], params[b + "mlp.ln.b"][:, None]
 
 
 def unembed_bias(params: Params) -> np.ndarray | None:
@@ -352,6 +370,19 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
                     gated_mlp_backward,
                     ("W_gate", "W_in", "b_in", "W_out", "b_out"),
                 )
+            elif cfg.act_fn == "solu_ln":
+                pre, post = (
+                    cache[b + f"mlp.hook_{w}"].reshape(S, -1, cfg.d_mlp) for w in ("pre", "post")
+                )
+                scale = cache[b + "mlp.ln.hook_scale"].reshape(S, -1, 1)
+                saved = (pre, cache["_" + b + "mlp.softmax"], cache["_" + b + "mlp.x_hat"])
+                saved = (*saved, scale, post)
+                ln_w, ln_b = solu_ln(params, b)
+
+                def backward_of(dout, x, W_in, b_in, W_out, b_out, act_fn, saved, kit):
+                    return solu_mlp_backward(dout, x, W_in, b_in, ln_w, ln_b, W_out, b_out, saved)
+
+                names = ("W_in", "b_in", "ln.w", "ln.b", "W_out", "b_out")
             else:
                 pre, post = (
                     cache[b + f"mlp.hook_{w}"].reshape(S, -1, cfg.d_mlp) for w in ("pre", "post")

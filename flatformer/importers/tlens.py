@@ -36,6 +36,7 @@ ACT_FNS = {
     "gelu_new": "gelu",
     "gelu_pytorch_tanh": "gelu",
     "silu": "silu",
+    "solu_ln": "solu_ln",
 }
 
 # Fields that change the forward pass, with the value under which the engine computes it; any
@@ -269,6 +270,11 @@ def convert(c: dict, state: dict) -> Imported:
     return Imported(cfg, tensors, None, {"format": "transformer-lens", "changes": changes})
 
 
+def d_mlp_of(t: dict, d: int) -> int:
+    """The MLP's width as its first W_in stores it."""
+    return t.get("blocks.0.mlp.W_in", np.zeros((d, 0))).shape[1]
+
+
 def newer_fields(c: dict) -> list[str]:
     """The config's fields that ask for the newer architectures, as `field = value`."""
     norm = c.get("normalization_type", c.get("normalization", "LN"))
@@ -427,6 +433,12 @@ def assemble(c: dict, t: dict, H: int) -> tuple[ModelConfig, dict, list[str]]:
         for name in ln_names + ["ln_final"]:
             t[name + ".w"], t[name + ".b"] = np.ones(d, dtype), np.zeros(d, dtype)
         changes.append("normalization_type LNPre: LayerNorm with unit gains and zero biases")
+    if norm == "LNPre" and c.get("act_fn") == "solu_ln" and not attn_only:
+        for i in range(L):
+            t[f"blocks.{i}.mlp.ln.w"], t[f"blocks.{i}.mlp.ln.b"] = (
+                np.ones(d_mlp_of(t, d), dtype),
+                np.zeros(d_mlp_of(t, d), dtype),
+            )
     if norm == "RMSPre":
         for name in ln_names + ["ln_final"]:
             t[name + ".w"] = np.ones(d, dtype)
