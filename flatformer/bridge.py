@@ -130,9 +130,12 @@ if torch is not None:
             else:
                 pos = self.p("pos_embed.W_pos")[:T].expand(tokens.shape[0], T, cfg.d_model)
                 resid = x + self.hook("hook_pos_embed", pos, ctx)
-            mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+            causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
             for layer in range(cfg.n_layers):
                 b = f"blocks.{layer}."
+                mask = causal
+                if cfg.window(layer):  # GPT-Neo's local layers: keys within the window only
+                    mask = causal & ~torch.tril(causal, -cfg.window(layer))
                 resid = self.hook(b + "hook_resid_pre", resid, ctx)
                 h = resid
                 if cfg.pre_norm:

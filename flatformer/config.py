@@ -38,6 +38,8 @@ LATER_DEFAULTS = {
     "gated_mlp": False,
     "parallel_attn_mlp": False,
     "n_key_value_heads": 0,
+    "attn_types": (),
+    "window_size": 0,
 }
 
 # The model's two constants, shared by every implementation: TransformerLens's LayerNorm eps
@@ -87,6 +89,8 @@ class ModelConfig:
     gated_mlp: bool = False  # act(x W_gate) * (x W_in) + b_in before W_out (SwiGLU, GeGLU)
     parallel_attn_mlp: bool = False  # the MLP reads the block's input, not attention's output
     n_key_value_heads: int = 0  # grouped-query attention: K and V heads (0: n_heads)
+    attn_types: tuple = ()  # per layer "global" or "local" (GPT-Neo); empty: all global
+    window_size: int = 0  # a local layer's query reads the window_size latest keys, itself too
 
     def __post_init__(self):
         for name, (lo, hi) in LIMITS.items():
@@ -162,10 +166,30 @@ class ModelConfig:
                 f"config: n_heads ({self.n_heads}) must be a multiple of n_key_value_heads "
                 f"({self.n_key_value_heads})"
             )
+        if not isinstance(self.attn_types, (list, tuple)):
+            raise FlatformerError(f"config: attn_types must be a list, got {self.attn_types!r}")
+        object.__setattr__(self, "attn_types", tuple(self.attn_types))  # hashable, as saved
+        if self.attn_types and len(self.attn_types) != self.n_layers:
+            raise FlatformerError(
+                f"config: attn_types names {len(self.attn_types)} layers, the model has "
+                f"{self.n_layers}"
+            )
+        if any(t not in ("global", "local") for t in self.attn_types):
+            raise FlatformerError(
+                f"config: attn_types must be global or local, got {list(self.attn_types)}"
+            )
+        whole("config: window_size", self.window_size, 0, LIMITS["n_ctx"][1])
+        if "local" in self.attn_types and not self.window_size:
+            raise FlatformerError("config: local attention layers need a window_size >= 1")
         if self.act_fn == "solu_ln" and self.gated_mlp:
             raise FlatformerError("config: act_fn solu_ln (SoLU with its LayerNorm) is not gated")
         if self.parallel_attn_mlp and self.attn_only:
             raise FlatformerError("config: parallel_attn_mlp needs an MLP (d_mlp > 0)")
+
+    def window(self, layer: int) -> int:
+        """The keys a query of `layer` reads: window_size in a local layer, else 0 (all)."""
+        local = self.attn_types and self.attn_types[layer] == "local"
+        return self.window_size if local else 0
 
     @property
     def rotary(self) -> bool:
@@ -209,6 +233,7 @@ class ModelConfig:
             "grouped-query attention": self.grouped,
             "SiLU": self.act_fn == "silu",
             "SoLU": self.act_fn == "solu_ln" and not self.attn_only,
+            "local attention": "local" in self.attn_types,
             f"eps {self.eps:g}": self.eps != 1e-5,
         }
         return [name for name, used in names.items() if used]
@@ -281,8 +306,9 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
+        data["attn_types"] = list(self.attn_types)
         for name, default in LATER_DEFAULTS.items():
-            if data[name] == default:
+            if data[name] == default or name == "attn_types" and not data[name]:
                 del data[name]
         return data
 

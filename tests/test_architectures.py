@@ -75,6 +75,15 @@ ARCHITECTURES = {
     "rms-only": dict(normalization="pre_rms", ln_final=True, attn_out=True),
     # TransformerLens's solu-1l to 4l: SoLU with its LayerNorm over the neurons
     "solu": dict(normalization="pre_ln", act_fn="solu_ln", attn_out=True, ln_final=True),
+    # GPT-Neo: global and local layers, a local query reading the 3 latest keys
+    "gpt-neo": dict(
+        normalization="pre_ln",
+        attn_types=("global", "local"),
+        window_size=3,
+        attn_out=True,
+        ln_final=True,
+        act_fn="gelu",
+    ),
 }
 
 
@@ -288,6 +297,21 @@ def test_reading_only_some_positions_gives_the_full_gradients(arch):
         )
 
 
+def test_a_local_layer_reads_only_its_window():
+    cfg = ModelConfig(**BASE, **ARCHITECTURES["gpt-neo"])
+    params, tokens, _, _ = random_batch(cfg, S=1)
+    _, cache = Transformer(cfg, params.seed(0)).run_with_cache(tokens[0])
+    T = cfg.n_ctx
+    distance = np.arange(T)[:, None] - np.arange(T)[None, :]
+    local = cache["blocks.1.attn.hook_pattern"]  # (B, H, T, T)
+    assert (local[..., (distance < 0) | (distance >= 3)] == 0).all()
+    assert (local[..., (distance >= 0) & (distance < 3)] > 0).all()
+    assert (cache["blocks.0.attn.hook_pattern"][..., distance >= 3] > 0).all()  # global
+    saved = cfg.to_dict()
+    assert saved["attn_types"] == ["global", "local"]
+    assert ModelConfig.from_dict(saved) == cfg and "attn_types" not in ModelConfig(**BASE).to_dict()
+
+
 def test_central_differences_agree_with_the_backward_pass():
     cfg = ModelConfig(**BASE, **ARCHITECTURES["llama"])
     worst = gradcheck(cfg.replace(n_ctx=4), entries=3)
@@ -347,6 +371,9 @@ def test_the_compiled_engine_leaves_these_to_the_reference(arch):
         (dict(normalization="rms"), "normalization"),
         (dict(act_fn="swish"), "act_fn"),
         (dict(gated_mlp="yes"), "true or false"),
+        (dict(attn_types=["local", "global"]), "window_size"),
+        (dict(attn_types=["global"], window_size=2), "names 1 layers"),
+        (dict(attn_types=["global", "sliding"], window_size=2), "global or local"),
     ],
 )
 def test_config_refuses_what_it_cannot_compute(bad, message):

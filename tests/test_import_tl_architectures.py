@@ -126,7 +126,7 @@ def test_transformer_lens_4s_native_model_agrees_at_float32s_precision():
         (dict(positional_embedding_type="shortformer"), ["shortformer positions"]),
         (dict(n_key_value_heads=3), ["multiple of n_key_value_heads"]),
         (dict(use_NTK_by_parts_rope=True), ["use_NTK_by_parts_rope = True"]),
-        (dict(attn_types=["global", "local"], use_local_attn=True), ["local attention"]),
+        (dict(attn_types=["global", "sliding"]), ["attn_types must be global or local"]),
     ],
 )
 def test_what_is_still_not_computed_is_refused_in_one_line(tmp_path, change, words):

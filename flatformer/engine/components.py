@@ -231,6 +231,16 @@ def causal_bias(T: int, dtype=np.float64) -> np.ndarray:
     return bias
 
 
+@lru_cache(maxsize=None)
+def local_bias(T: int, window: int, dtype=np.float64) -> np.ndarray:
+    """Causal and local (GPT-Neo's local layers): a query reads the `window` latest keys, its
+    own included (query - key < window); 0 there, -inf elsewhere (T, T)."""
+    distance = np.arange(T)[:, None] - np.arange(T)[None, :]
+    bias = np.where((distance >= 0) & (distance < window), 0.0, -np.inf).astype(dtype)
+    bias.flags.writeable = False
+    return bias
+
+
 def attention(q, k, v, bias, hook=no_hook, kit=None):
     """Each head's attention, heads on a leading axis: z = softmax(q k^T / sqrt(dh) + bias) v.
     q (..., Tq, dh), k and v (..., Tk, dh), bias (..., Tq, Tk) 0 or -inf. Returns z (..., Tq,

@@ -30,6 +30,7 @@ from .components import (
     layer_norm,
     linear,
     linear_backward,
+    local_bias,
     mlp,
     mlp_backward,
     pos_embed,
@@ -191,6 +192,8 @@ def forward(
         mask = (
             causal_bias(T, params.flat.dtype) if cfg.causal else np.zeros((T, T), params.flat.dtype)
         )
+        if cfg.window(layer):  # a local layer: the latest window_size keys only
+            mask = local_bias(T, cfg.window(layer), params.flat.dtype)
         resid = hook(b + "hook_resid_pre", resid)
         attn_in = norm(resid, b + "ln1") if cfg.pre_norm else resid
         qkv = linear(attn_in.reshape(S, N, d), qkv_weights(params, b), qkv_biases(params, b))

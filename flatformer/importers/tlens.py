@@ -43,7 +43,6 @@ ACT_FNS = {
 # other value is refused by name.
 NEUTRAL = {
     "use_qk_norm": (False, "query and key norms"),
-    "use_local_attn": (False, "local attention"),
     "attention_dir": ("causal", "attention that is not causal"),
     "scale_attn_by_inverse_layer_idx": (False, "attention scaled by 1/layer"),
     "use_attn_scale": (True, "attention not scaled by 1/sqrt(d_head)"),
@@ -80,7 +79,7 @@ INERT = set(
     "checkpoint_value tokenizer_name tokenizer_prepends_bos tokenizer_appends_eos "
     "default_prepend_bos default_padding_side trust_remote_code use_attn_result "
     "use_split_qkv_input use_hook_mlp_in use_attn_in use_hook_tokens split_attention_weights "
-    "attn_implementation ungroup_grouped_query_attention window_size experts_per_token "
+    "attn_implementation ungroup_grouped_query_attention experts_per_token "
     "rotary_interleaved_cos_sin qk_norm_after_rope "
     "rotary_base_local rotary_scaling_factor yarn_factor yarn_attention_factor yarn_beta_fast "
     "yarn_beta_slow yarn_original_max_position_embeddings norm_topk_prob "
@@ -113,6 +112,8 @@ HANDLED = set(SIZES) | {
     "parallel_attn_mlp",
     "final_rms",
     "uses_rms_norm",
+    "use_local_attn",
+    "window_size",
 }
 BUFFERS = (".mask", ".IGNORE", ".rotary_sin", ".rotary_cos")
 RMS = ("RMS", "RMSPre")
@@ -182,8 +183,8 @@ def check_fields(c: dict) -> None:
     for name in SOFT_CAPS:
         if name in c and c[name] is not None and float(c[name]) > 0:
             found.append((name, c[name], "logit soft-capping"))
-    if any(t != "global" for t in c.get("attn_types") or []):
-        found.append(("attn_types", c["attn_types"], "local attention"))
+    if c.get("use_local_attn") and "local" not in (c.get("attn_types") or []):
+        found.append(("use_local_attn", True, "local attention without attn_types naming it"))
     act = c.get("act_fn", "relu")
     if not c.get("attn_only") and act not in ACT_FNS:  # an attention-only model has no MLP
         found.append(("act_fn", act, f"the engine's activations are {', '.join(ACT_FNS)}"))
@@ -311,6 +312,10 @@ def architecture(c: dict, d_head: int) -> dict:
         )
     for name in ("gated_mlp", "parallel_attn_mlp"):
         out[name] = validate.flag(where, name, c.get(name, False) or False)
+    types = c.get("attn_types") or []
+    if any(t != "global" for t in types):  # GPT-Neo's local layers (the config checks them)
+        out["attn_types"] = tuple(types)
+        out["window_size"] = c.get("window_size") or 0
     kv = c.get("n_key_value_heads")
     if kv is not None and kv != c["n_heads"]:
         out["n_key_value_heads"] = validate.size(where, "n_key_value_heads", kv, "n_heads")
