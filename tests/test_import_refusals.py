@@ -15,7 +15,7 @@ TL_REFUSALS = [
     ("positional_embedding_type", "shortformer", GROKKING),
     ("output_logits_soft_cap", 30.0, GROKKING),
     ("attn_scores_soft_cap", 50.0, GROKKING),
-    ("act_fn", "solu_ln", GROKKING),
+    ("act_fn", "solu", GROKKING),
     ("normalization_type", "LNPost", GROKKING),
     ("final_rms", True, LN),
     ("attention_dir", "bidirectional", GROKKING),
