@@ -3,11 +3,11 @@ transformers from random configs (no download), saved with save_pretrained, impo
 `flatformer import`, and held to transformers' own forward pass in float64.
 
 transformers computes RMSNorm and the rotary angles in float32 whatever the model's dtype
-(LlamaRMSNorm casts to float32; the rotary module's inverse frequencies are float32). The
-imported model is held to the unchanged source at float32's precision, and to 1e-9 once those
-two modules compute in float64 (the same formulas without the casts); every other line of the
-forward pass (the projections, the head split, the grouped keys, rotate_half, the residual
-wiring, the MLP) is transformers' own in both."""
+(LlamaRMSNorm casts to float32; the rotary module's inverse frequencies are float32), and
+GPT-Neo its attention scores. The imported model is held to the unchanged source at float32's
+precision, and to 1e-9 once those modules compute in float64 (the same formulas without the
+casts); every other line of the forward pass (the projections, the head split, the grouped
+keys, rotate_half, the residual wiring, the MLP) is transformers' own in both."""
 
 import json
 import types
@@ -44,6 +44,20 @@ def build(kind, **overrides):
     elif kind == "qwen2":
         config = tf.Qwen2Config(**SMALL, num_key_value_heads=1, **overrides)
         model = tf.Qwen2ForCausalLM(config)
+    elif kind == "gpt_neo":
+        config = tf.GPTNeoConfig(
+            vocab_size=V,
+            hidden_size=16,
+            intermediate_size=24,
+            num_layers=2,
+            num_heads=4,
+            max_position_embeddings=T,
+            attention_types=[[["global", "local"], 1]],
+            window_size=3,
+            initializer_range=0.3,
+            **overrides,
+        )
+        model = tf.GPTNeoForCausalLM(config)
     elif kind == "gemma":
         config = tf.GemmaConfig(**SMALL, num_key_value_heads=2, head_dim=4, **overrides)
         model = tf.GemmaForCausalLM(config)
@@ -78,8 +92,21 @@ def float64_internals(model):
         emb = torch.cat((freqs, freqs), -1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
+    def neo_scores(self, query, key, value, attention_mask=None):
+        weights = query @ key.transpose(-1, -2)
+        q, k = query.size(-2), key.size(-2)
+        causal = self.bias[:, :, k - q : k, :k]
+        low = torch.tensor(torch.finfo(weights.dtype).min, dtype=weights.dtype)
+        weights = torch.where(causal, weights, low)
+        if attention_mask is not None:
+            weights = weights + attention_mask
+        weights = weights.softmax(-1).to(value.dtype)
+        return weights @ value, weights
+
     for module in model.modules():
         name = type(module).__name__
+        if name == "GPTNeoSelfAttention":
+            module._attn = types.MethodType(neo_scores, module)
         if name.endswith("RMSNorm"):
             module.forward = types.MethodType(rms, module)
         elif name.endswith("RotaryEmbedding"):
@@ -99,6 +126,7 @@ CASES = {
     "gemma": ("gemma", {}),
     "pythia": ("gpt_neox", {}),
     "gpt-neox-sequential": ("gpt_neox", dict(use_parallel_residual=False, rotary_pct=1.0)),
+    "gpt-neo": ("gpt_neo", {}),
 }
 
 
@@ -122,6 +150,7 @@ def test_imported_logits_equal_transformers(tmp_path, case):
         "qwen2": {"RMSNorm", "rotary positions", "gated MLP", "grouped-query attention", "SiLU"},
         "gemma": {"RMSNorm", "rotary positions", "gated MLP", "grouped-query attention"},
         "gpt_neox": {"rotary positions"},
+        "gpt_neo": {"local attention"},
     }[kind]
     assert expected <= set(imported.cfg.newer_features())
     assert imported.cfg.parallel_attn_mlp == (case == "pythia")

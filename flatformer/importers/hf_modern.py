@@ -26,7 +26,7 @@ from ..limits import number
 from . import validate
 from .common import Imported, refuse, sha256
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma", "gpt_neox")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma", "gpt_neox", "gpt_neo")
 # transformers' ACT2FN names as the engine's
 ACT_FNS = {
     "silu": "silu",
@@ -48,6 +48,8 @@ def read(folder: Path, config: dict, source: Path, state: dict) -> Imported:
         refuse("model_type", kind, f"the folders read are {', '.join(('gpt2', *MODEL_TYPES))}")
     if kind == "gpt_neox":
         imported = gpt_neox(config, state, where)
+    elif kind == "gpt_neo":
+        imported = gpt_neo(config, state, where)
     else:
         imported = llama(config, state, where, kind)
     imported.provenance.update(format=f"hf-{kind.replace('_', '-')}", source=str(source))
@@ -301,6 +303,85 @@ def gpt_neox(config: dict, state: dict, where: str) -> Imported:
     t["unembed.W_U"] = unembedding(get, "embed_out.weight", W_E, changes)
     if zeros:
         changes.append(f"attention_bias=False: {len(zeros)} zero biases filled in")
+    return finish(cfg, t, changes)
+
+
+def gpt_neo(config: dict, state: dict, where: str) -> Imported:
+    """GPT-Neo (TinyStories' models): GPT-2's block with nn.Linear weights, separate q, k and
+    v without biases, global and local layers (`attention_types`, `window_size`), and scores
+    not divided by sqrt(d_head): that factor is folded into W_Q, so the engine's scaled scores
+    are the source's (hook_q is the source's q times sqrt(d_head), and the change is named)."""
+    changes: list[str] = []
+    sizes = validate.sizes(
+        config,
+        {
+            "d_model": "hidden_size",
+            "n_layers": "num_layers",
+            "n_heads": "num_heads",
+            "n_ctx": "max_position_embeddings",
+            "d_vocab": "vocab_size",
+        },
+        where,
+    )
+    d, H, L, T, V = (sizes[k] for k in ("d_model", "n_heads", "n_layers", "n_ctx", "d_vocab"))
+    dh = validate.divides(where, "num_heads", H, "hidden_size", d)
+    m = validate.size(where, "intermediate_size", config.get("intermediate_size") or 4 * d, "d_mlp")
+    act = config.get("activation_function", "gelu_new")
+    if act not in ACT_FNS:
+        refuse("activation_function", act, f"the engine's activations are {', '.join(ACT_FNS)}")
+    layers = config.get("attention_layers")
+    if layers is None:  # attention_types as [[["global", "local"], n], ...]
+        try:
+            layers = [t for kinds, n in config["attention_types"] for _ in range(n) for t in kinds]
+        except (KeyError, TypeError, ValueError):
+            raise FlatformerError(
+                f"{where}: attention_types is not [[kinds, repeats], ...]"
+            ) from None
+    eps = number(f"{where}: layer_norm_epsilon", config.get("layer_norm_epsilon", 1e-5), 1e-12, 0.1)
+    local = "local" in layers
+    cfg = ModelConfig(
+        d_model=d,
+        n_heads=H,
+        d_head=dh,
+        n_layers=L,
+        d_mlp=m,
+        n_ctx=T,
+        d_vocab=V,
+        act_fn=ACT_FNS[act],
+        normalization="pre_ln",
+        attn_out=True,
+        attn_out_bias=True,
+        unembed_bias=False,
+        ln_final=True,
+        eps=float(eps),
+        attn_types=tuple(layers) if local else (),
+        window_size=config.get("window_size", 256) if local else 0,
+    )
+    validate.params(where, cfg.n_params)
+    get = Reader(state, where)
+    W_E = get("transformer.wte.weight", (V, d))
+    t = {"embed.W_E": W_E, "pos_embed.W_pos": get("transformer.wpe.weight", (T, d))}
+    unscaled = W_E.dtype.type(math.sqrt(dh))
+    for i in range(L):
+        h, b = f"transformer.h.{i}.", f"blocks.{i}."
+        for ln, ours in (("ln_1", "ln1"), ("ln_2", "ln2")):
+            t[b + ours + ".w"] = get(h + ln + ".weight", (d,))
+            t[b + ours + ".b"] = get(h + ln + ".bias", (d,))
+        for w in "qkv":
+            W = get(h + f"attn.attention.{w}_proj.weight", (d, d)).T.reshape(d, H, dh)
+            t[b + f"attn.W_{w.upper()}"] = W.transpose(1, 0, 2) * (unscaled if w == "q" else 1)
+        t[b + "attn.W_O"] = get(h + "attn.attention.out_proj.weight", (d, d)).T.reshape(H, dh, d)
+        t[b + "attn.b_O"] = get(h + "attn.attention.out_proj.bias", (d,))
+        t[b + "mlp.W_in"] = get(h + "mlp.c_fc.weight", (m, d)).T
+        t[b + "mlp.b_in"] = get(h + "mlp.c_fc.bias", (m,))
+        t[b + "mlp.W_out"] = get(h + "mlp.c_proj.weight", (d, m)).T
+        t[b + "mlp.b_out"] = get(h + "mlp.c_proj.bias", (d,))
+    t["ln_final.w"] = get("transformer.ln_f.weight", (d,))
+    t["ln_final.b"] = get("transformer.ln_f.bias", (d,))
+    t["unembed.W_U"] = unembedding(get, "lm_head.weight", W_E, changes)
+    changes.append(
+        f"scores not scaled by GPT-Neo: sqrt(d_head) = {math.sqrt(dh):g} folded into W_Q"
+    )
     return finish(cfg, t, changes)
 
 
