@@ -129,7 +129,8 @@ if torch is not None:
                 resid = x
             else:
                 pos = self.p("pos_embed.W_pos")[:T].expand(tokens.shape[0], T, cfg.d_model)
-                resid = x + self.hook("hook_pos_embed", pos, ctx)
+                pos = self.hook("hook_pos_embed", pos, ctx)
+                resid = x if cfg.shortformer else x + pos
             causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
             for layer in range(cfg.n_layers):
                 b = f"blocks.{layer}."
@@ -142,7 +143,8 @@ if torch is not None:
                     h = self.norm(h, b + "ln1", ctx)
                 qkv = []
                 for w in "QKV":
-                    out = torch.einsum("btd,hde->bthe", h, self.p(b + attn_weight(cfg, w)))
+                    inp = h + pos if cfg.shortformer and w in "QK" else h  # Shortformer: q, k only
+                    out = torch.einsum("btd,hde->bthe", inp, self.p(b + attn_weight(cfg, w)))
                     if cfg.qkv_bias:
                         out = out + self.p(b + attn_weight(cfg, w, "b"))
                     qkv.append(self.hook(b + f"attn.hook_{w.lower()}", out, ctx))

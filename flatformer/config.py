@@ -24,7 +24,7 @@ LIMITS = {
 MAX_PARAMS = 20_000_000
 ACT_FNS = ("relu", "gelu", "gelu_erf", "silu", "solu_ln")
 NORMALIZATIONS = ("none", "pre_ln", "pre_rms")
-POSITIONS = ("standard", "rotary")
+POSITIONS = ("standard", "rotary", "shortformer")
 # Fields added after runs were first saved, left out of a saved config at their default.
 LATER_DEFAULTS = {
     "attn_out_bias": False,
@@ -82,7 +82,8 @@ class ModelConfig:
     # The architectures of the field's small models (Llama, Qwen, Pythia, GPT-J), by
     # TransformerLens's names; each default is the classic GPT-2 block.
     eps: float = 1e-5  # LayerNorm's or RMSNorm's epsilon
-    positional_embedding_type: str = "standard"  # rotary: no W_pos, q and k rotated (RoPE)
+    positional_embedding_type: str = "standard"  # rotary: no W_pos, q and k rotated (RoPE);
+    # shortformer: W_pos added to q and k's inputs, not to the stream
     rotary_dim: int = 0  # dimensions of each head rotated, the first ones (0: all of d_head)
     rotary_base: float = 10000.0  # RoPE's theta: the angle of pair i is pos / base^(2i/r)
     rotary_adjacent_pairs: bool = False  # False: rotate halves (GPT-NeoX, Llama); True: GPT-J
@@ -197,6 +198,12 @@ class ModelConfig:
         return self.positional_embedding_type == "rotary"
 
     @property
+    def shortformer(self) -> bool:
+        """Shortformer positions (Press et al. 2021): W_pos added to q and k's inputs only, not
+        to the residual stream (TransformerLens's attn-only and redwood models)."""
+        return self.positional_embedding_type == "shortformer"
+
+    @property
     def rotated_dims(self) -> int:
         """The dimensions of each head that rotary positions rotate (rotary_dim, else d_head)."""
         return self.rotary_dim or self.d_head
@@ -228,6 +235,7 @@ class ModelConfig:
         names = {
             "RMSNorm": self.normalization == "pre_rms",
             "rotary positions": self.rotary,
+            "shortformer positions": self.shortformer,
             "gated MLP": self.gated_mlp,
             "parallel attention and MLP": self.parallel_attn_mlp,
             "grouped-query attention": self.grouped,

@@ -75,6 +75,11 @@ ARCHITECTURES = {
     "rms-only": dict(normalization="pre_rms", ln_final=True, attn_out=True),
     # TransformerLens's solu-1l to 4l: SoLU with its LayerNorm over the neurons
     "solu": dict(normalization="pre_ln", act_fn="solu_ln", attn_out=True, ln_final=True),
+    # TransformerLens's attn-only-Nl and redwood models: positions in q and k's inputs only
+    "shortformer": dict(
+        positional_embedding_type="shortformer", d_mlp=0, normalization="pre_ln", attn_out=True
+    ),
+    "shortformer-mlp": dict(positional_embedding_type="shortformer", n_key_value_heads=2),
     # GPT-Neo: global and local layers, a local query reading the 3 latest keys
     "gpt-neo": dict(
         normalization="pre_ln",
@@ -89,7 +94,7 @@ ARCHITECTURES = {
 
 @pytest.fixture(params=list(ARCHITECTURES))
 def arch(request):
-    return ModelConfig(**BASE, **ARCHITECTURES[request.param])
+    return ModelConfig(**{**BASE, **ARCHITECTURES[request.param]})
 
 
 def t(a):
@@ -298,7 +303,7 @@ def test_reading_only_some_positions_gives_the_full_gradients(arch):
 
 
 def test_a_local_layer_reads_only_its_window():
-    cfg = ModelConfig(**BASE, **ARCHITECTURES["gpt-neo"])
+    cfg = ModelConfig(**{**BASE, **ARCHITECTURES["gpt-neo"]})
     params, tokens, _, _ = random_batch(cfg, S=1)
     _, cache = Transformer(cfg, params.seed(0)).run_with_cache(tokens[0])
     T = cfg.n_ctx
@@ -313,20 +318,20 @@ def test_a_local_layer_reads_only_its_window():
 
 
 def test_central_differences_agree_with_the_backward_pass():
-    cfg = ModelConfig(**BASE, **ARCHITECTURES["llama"])
+    cfg = ModelConfig(**{**BASE, **ARCHITECTURES["llama"]})
     worst = gradcheck(cfg.replace(n_ctx=4), entries=3)
     assert max(worst.values()) < THRESHOLD, worst
 
 
 def test_hook_names_follow_transformer_lens():
-    names = hook_names(ModelConfig(**{**BASE, "n_layers": 1}, **ARCHITECTURES["pythia"]))
+    names = hook_names(ModelConfig(**{**BASE, "n_layers": 1, **ARCHITECTURES["pythia"]}))
     assert "hook_pos_embed" not in names and "blocks.0.hook_resid_mid" not in names
     assert names[names.index("blocks.0.attn.hook_v") :][:3] == [
         "blocks.0.attn.hook_v",
         "blocks.0.attn.hook_rot_q",
         "blocks.0.attn.hook_rot_k",
     ]
-    gated = hook_names(ModelConfig(**BASE, **ARCHITECTURES["llama"]))
+    gated = hook_names(ModelConfig(**{**BASE, **ARCHITECTURES["llama"]}))
     assert [n for n in gated if n.startswith("blocks.0.mlp.")] == [
         "blocks.0.mlp.hook_pre",
         "blocks.0.mlp.hook_pre_linear",
@@ -335,7 +340,7 @@ def test_hook_names_follow_transformer_lens():
 
 
 def test_parameters_are_named_as_transformer_lens_names_them():
-    shapes = ModelConfig(**BASE, **ARCHITECTURES["llama"]).param_shapes()
+    shapes = ModelConfig(**{**BASE, **ARCHITECTURES["llama"]}).param_shapes()
     assert "pos_embed.W_pos" not in shapes and "blocks.0.ln1.b" not in shapes
     assert shapes["blocks.0.attn.W_Q"] == (4, 16, 4)
     assert shapes["blocks.0.attn._W_K"] == shapes["blocks.0.attn._W_V"] == (2, 16, 4)
@@ -347,7 +352,7 @@ def test_the_classic_config_and_its_file_are_unchanged():
     for field in ARCHITECTURES["llama"]:
         if field not in ("attn_out", "unembed_bias", "ln_final", "act_fn", "normalization"):
             assert field not in cfg.to_dict()
-    new = ModelConfig(**BASE, **ARCHITECTURES["qwen"])
+    new = ModelConfig(**{**BASE, **ARCHITECTURES["qwen"]})
     assert ModelConfig.from_dict(new.to_dict()) == new
     assert new.to_dict()["rotary_base"] == 1e6 and new.newer_features()
     assert ModelConfig(**BASE).newer_features() == []
@@ -383,7 +388,7 @@ def test_config_refuses_what_it_cannot_compute(bad, message):
 
 @pytest.mark.parametrize("what", ["page", "edges", "landscape", "tlens"])
 def test_parts_that_compute_the_classic_block_only_refuse_in_one_line(what):
-    cfg = ModelConfig(**BASE, **ARCHITECTURES["llama"])
+    cfg = ModelConfig(**{**BASE, **ARCHITECTURES["llama"]})
     params, _, _, _ = random_batch(cfg, S=1)
     model = Transformer(cfg, params.seed(0))
     with pytest.raises(FlatformerError) as err:

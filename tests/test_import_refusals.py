@@ -12,7 +12,7 @@ from test_import_tl import GROKKING, legacy_state
 
 LN = dict(GROKKING, normalization_type="LN")
 TL_REFUSALS = [
-    ("positional_embedding_type", "shortformer", GROKKING),
+    ("positional_embedding_type", "alibi", GROKKING),
     ("output_logits_soft_cap", 30.0, GROKKING),
     ("attn_scores_soft_cap", 50.0, GROKKING),
     ("act_fn", "solu", GROKKING),

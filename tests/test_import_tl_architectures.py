@@ -123,7 +123,7 @@ def test_transformer_lens_4s_native_model_agrees_at_float32s_precision():
     "change, words",
     [
         (dict(normalization_type="LN", final_rms=True), ["final_rms = True"]),
-        (dict(positional_embedding_type="shortformer"), ["shortformer positions"]),
+        (dict(positional_embedding_type="alibi"), ["ALiBi"]),
         (dict(n_key_value_heads=3), ["multiple of n_key_value_heads"]),
         (dict(use_NTK_by_parts_rope=True), ["use_NTK_by_parts_rope = True"]),
         (dict(attn_types=["global", "sliding"]), ["attn_types must be global or local"]),
@@ -170,3 +170,40 @@ def test_a_solu_model_imports_equal_to_transformer_lens(tmp_path):
     imported = tlens.read(*save_tl(tmp_path, state, c, ".pt"))
     assert imported.cfg.act_fn == "solu_ln" and "SoLU" in imported.cfg.newer_features()
     check_against(tl_model(c, state, torch.float64), imported, c, 1e-9)
+
+
+def test_an_attention_only_shortformer_model_imports_as_transformer_lens_computes_it(tmp_path):
+    """TransformerLens's attn-only-1l to 4l: LayerNorm, shortformer positions, `act_fn` solu_ln
+    unused. The oracle is TransformerLens's block written out (its TransformerBlock passes
+    `ln1(x) + pos` as the query and key inputs and `ln1(x)` as the value input; the stream
+    never holds the positions)."""
+    from test_import_tl import GROKKING, legacy_state
+    from test_import_tl import save as save_tl
+
+    c = dict(GROKKING, attn_only=True, d_mlp=None, n_layers=2, n_ctx=8, act_fn="solu_ln",
+             normalization_type="LN", positional_embedding_type="shortformer")  # fmt: skip
+    s = legacy_state(c, torch.float64)
+    imported = tlens.read(*save_tl(tmp_path, s, c, ".pt"))
+    assert imported.cfg.shortformer and imported.cfg.attn_only
+    tokens = np.random.default_rng(0).integers(0, c["d_vocab"], (3, 8))
+
+    def ln(x, name):
+        x = x - x.mean(-1, keepdim=True)
+        return x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * s[name + ".w"] + s[name + ".b"]
+
+    t = torch.tensor(tokens)
+    resid, pos = s["embed.W_E"][t], s["pos_embed.W_pos"][:8]
+    causal = torch.tril(torch.ones(8, 8, dtype=torch.bool))
+    for i in range(2):
+        b = f"blocks.{i}."
+        x = ln(resid, b + "ln1")
+        q = torch.einsum("btd,hde->bthe", x + pos, s[b + "attn.W_Q"]) + s[b + "attn.b_Q"]
+        k = torch.einsum("btd,hde->bthe", x + pos, s[b + "attn.W_K"]) + s[b + "attn.b_K"]
+        v = torch.einsum("btd,hde->bthe", x, s[b + "attn.W_V"]) + s[b + "attn.b_V"]
+        scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / 2.0
+        pattern = scores.masked_fill(~causal, -torch.inf).softmax(-1)
+        z = torch.einsum("bhqk,bkhe->bqhe", pattern, v)
+        resid = resid + torch.einsum("bqhe,hed->bqd", z, s[b + "attn.W_O"]) + s[b + "attn.b_O"]
+    expected = (ln(resid, "ln_final") @ s["unembed.W_U"] + s["unembed.b_U"]).numpy()
+    ours = Transformer(imported.cfg, imported.tensors)(tokens)
+    assert np.abs(ours - expected).max() < 1e-9 * np.abs(expected).max()

@@ -45,6 +45,7 @@ from .components import (
     solu_mlp,
     solu_mlp_backward,
     sum_to,
+    weight_grad,
 )
 from .params import Params, init_params
 
@@ -182,7 +183,8 @@ def forward(
         cos, sin = position_tables(cfg, T, params.flat.dtype)
     else:
         p = hook("hook_pos_embed", pos_embed(params["pos_embed.W_pos"], tokens))
-        resid = x + p  # e = x + p
+        # shortformer: positions enter q and k's inputs only, not the stream
+        resid = x if cfg.shortformer else x + p  # e = x + p
     Hkv = cfg.n_kv_heads
     if read is not None:
         cache["_read"] = read
@@ -196,7 +198,12 @@ def forward(
             mask = local_bias(T, cfg.window(layer), params.flat.dtype)
         resid = hook(b + "hook_resid_pre", resid)
         attn_in = norm(resid, b + "ln1") if cfg.pre_norm else resid
-        qkv = linear(attn_in.reshape(S, N, d), qkv_weights(params, b), qkv_biases(params, b))
+        W_qkv = qkv_weights(params, b)
+        qkv = linear(attn_in.reshape(S, N, d), W_qkv, qkv_biases(params, b))
+        if cfg.shortformer:  # q and k read ln1(stream) + p: p W added to their columns
+            qk = (H + Hkv) * dh
+            qkv = qkv.reshape(S, B, T, -1)
+            qkv[..., :qk] += linear(params["pos_embed.W_pos"][:, None, :T], W_qkv[:, None, :, :qk])
         q, k, v = [
             hook(b + f"attn.hook_{w}", t)
             for w, t in zip("qkv", split_qkv(qkv.reshape(S, B, T, -1), H, Hkv, dh))
@@ -348,6 +355,8 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
     Hkv = cfg.n_kv_heads
     if cfg.rotary:
         cos, sin = position_tables(cfg, T, params.flat.dtype)
+    if cfg.shortformer:
+        dW_pos = np.zeros_like(params["pos_embed.W_pos"])
     for layer in reversed(range(cfg.n_layers)):
         b = f"blocks.{layer}."
         rows = read if read is not None and layer == cfg.n_layers - 1 else None
@@ -439,9 +448,16 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
         dqkv[..., (H + Hkv) * dh :] = dv.reshape(S, B, T, -1)
         attn_in = cache[b + "ln1.hook_normalized" if cfg.pre_norm else b + "hook_resid_pre"]
         attn_in = attn_in.reshape(S, N, d)
+        W_qkv = qkv_weights(params, b)
         dattn_in, dW, db = linear_backward(
-            dqkv.reshape(S, N, width), attn_in, qkv_weights(params, b), qkv_biases(params, b)
+            dqkv.reshape(S, N, width), attn_in, W_qkv, qkv_biases(params, b)
         )
+        if cfg.shortformer:  # q and k's inputs held ln1(stream) + p
+            qk = (H + Hkv) * dh
+            dqk = dqkv[..., :qk].sum(1)  # (S,T,qk): p is the same in every sequence
+            W_pos = params["pos_embed.W_pos"][:, :T]
+            dW[..., :qk] += weight_grad(W_pos, dqk, W_qkv[..., :qk])
+            dW_pos[:, :T] += dqk @ W_qkv[..., :qk].swapaxes(-1, -2)
         for w, part in zip("QKV", np.split(dW, [H * dh, (H + Hkv) * dh], -1)):
             name = b + attn_weight(cfg, w)
             grads[name][...] = part.reshape(S, d, -1, dh).transpose(0, 2, 1, 3)
@@ -457,7 +473,9 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
             dresid = full.reshape(S, N, d)
         dresid = dresid + dattn_in
     dresid = dresid.reshape(S, B, T, d)  # e = x + p
-    if not cfg.rotary:
+    if cfg.shortformer:
+        grads["pos_embed.W_pos"][...] = dW_pos
+    elif not cfg.rotary:
         grads["pos_embed.W_pos"][...] = pos_embed_backward(dresid, params["pos_embed.W_pos"])
     grads["embed.W_E"][...] = embed_backward(dresid, cache["_tokens"], params["embed.W_E"])
     return grads

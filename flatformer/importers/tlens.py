@@ -57,7 +57,6 @@ NEUTRAL = {
     "per_layer_num_key_value_heads": (None, "grouped-query attention"),
     "load_in_4bit": (False, "4-bit quantized weights"),
     "scale_embedding": (None, "a scaled embedding"),
-    "shortformer_pos": (False, "shortformer positions"),
     "is_audio_model": (False, "an audio model"),
     "is_visual_model": (False, "a vision model"),
     "is_multimodal": (False, "a multimodal model"),
@@ -165,7 +164,7 @@ def check_fields(c: dict) -> None:
     if c.get("uses_rms_norm") and norm not in RMS:
         found.append(("uses_rms_norm", True, "RMSNorm with normalization_type " + repr(norm)))
     pos = c.get("positional_embedding_type", "standard")
-    if pos not in ("standard", "rotary"):
+    if pos not in ("standard", "rotary", "shortformer"):
         found.append(("positional_embedding_type", pos, POSITIONS.get(pos, "those positions")))
     if pos == "rotary":  # what changes the rotary angles, inert without rotary positions
         for name, neutral in (
@@ -281,7 +280,8 @@ def newer_fields(c: dict) -> list[str]:
     norm = c.get("normalization_type", c.get("normalization", "LN"))
     asked = {
         "normalization_type": norm in RMS,
-        "positional_embedding_type": c.get("positional_embedding_type") == "rotary",
+        "positional_embedding_type": c.get("positional_embedding_type")
+        in ("rotary", "shortformer"),
         "gated_mlp": bool(c.get("gated_mlp")),
         "parallel_attn_mlp": bool(c.get("parallel_attn_mlp")),
         "n_key_value_heads": c.get("n_key_value_heads") not in (None, c.get("n_heads")),
@@ -294,6 +294,8 @@ def architecture(c: dict, d_head: int) -> dict:
     parallel attention and MLP, grouped-query attention), each at its default when off."""
     where = "TransformerLens config"
     out = {"eps": validate.eps(where, "eps", c.get("eps", 1e-5))}
+    if c.get("positional_embedding_type") == "shortformer":
+        out["positional_embedding_type"] = "shortformer"
     if c.get("positional_embedding_type") == "rotary":
         rotary_dim = c.get("rotary_dim")
         rotary_dim = (
