@@ -88,7 +88,7 @@ def context(config: dict, where: str, changes: list) -> int:
 
 
 def activation(config: dict, field: str, kind: str) -> str:
-    act = config.get(field, "silu")
+    act = config.get(field) or ("gelu_pytorch_tanh" if kind == "gemma" else "silu")
     if kind == "gemma" and act == "gelu":  # Gemma's config reads its legacy "gelu" as tanh's
         act = "gelu_pytorch_tanh"
     if act not in ACT_FNS:
