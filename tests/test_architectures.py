@@ -411,3 +411,15 @@ def test_parts_that_compute_the_classic_block_only_refuse_in_one_line(what):
     message = str(err.value)
     assert "\n" not in message
     assert "RMSNorm, rotary positions, gated MLP, grouped-query attention, SiLU" in message
+
+
+def test_float32_stays_float32_and_near_float64(arch):
+    from flatformer.engine.params import Params
+
+    params, tokens, targets, weights = random_batch(arch)
+    p32 = Params(arch, params.n_seeds, params.flat.astype(np.float32))
+    logits, cache = forward(p32, tokens)
+    grads = backward(p32, cache, cross_entropy(logits, targets, weights)[1])
+    assert logits.dtype == grads.flat.dtype == np.float32
+    assert all(v.dtype != np.float64 for v in cache.values() if isinstance(v, np.ndarray))
+    assert np.abs(logits - forward(params, tokens)[0]).max() < 1e-5
