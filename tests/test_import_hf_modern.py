@@ -41,6 +41,9 @@ def build(kind, **overrides):
     if kind == "llama":
         config = tf.LlamaConfig(**SMALL, num_key_value_heads=2, rms_norm_eps=1e-6, **overrides)
         model = tf.LlamaForCausalLM(config)
+    elif kind == "mistral":  # Llama's block; its 4096-token window is wider than the context
+        config = tf.MistralConfig(**SMALL, num_key_value_heads=2, **overrides)
+        model = tf.MistralForCausalLM(config)
     elif kind == "qwen2":
         config = tf.Qwen2Config(**SMALL, num_key_value_heads=1, **overrides)
         model = tf.Qwen2ForCausalLM(config)
@@ -123,6 +126,7 @@ CASES = {
     "llama": ("llama", {}),
     "llama-tied-with-biases": ("llama", dict(tie_word_embeddings=True, attention_bias=True)),
     "qwen2": ("qwen2", {}),
+    "mistral": ("mistral", {}),
     "gemma": ("gemma", {}),
     "pythia": ("gpt_neox", {}),
     "gpt-neox-sequential": ("gpt_neox", dict(use_parallel_residual=False, rotary_pct=1.0)),
@@ -149,6 +153,7 @@ def test_imported_logits_equal_transformers(tmp_path, case):
         "llama": {"RMSNorm", "rotary positions", "gated MLP", "grouped-query attention", "SiLU"},
         "qwen2": {"RMSNorm", "rotary positions", "gated MLP", "grouped-query attention", "SiLU"},
         "gemma": {"RMSNorm", "rotary positions", "gated MLP", "grouped-query attention"},
+        "mistral": {"RMSNorm", "rotary positions", "gated MLP", "grouped-query attention"},
         "gpt_neox": {"rotary positions"},
         "gpt_neo": {"local attention"},
     }[kind]
@@ -198,6 +203,7 @@ def test_flatformer_import_writes_a_run_that_computes_the_source(tmp_path):
         ),
         ("llama", {"mlp_bias": True}, "mlp_bias = True"),
         ("qwen2", {"use_sliding_window": True}, "use_sliding_window = True"),
+        ("mistral", {"sliding_window": 4}, "sliding_window = 4"),
         ("llama", {"hidden_act": "quick_gelu"}, "hidden_act = 'quick_gelu'"),
         ("llama", {"model_type": "mamba"}, "model_type = 'mamba'"),
         ("gemma", {"query_pre_attn_scalar": 8}, "query_pre_attn_scalar = 8"),
