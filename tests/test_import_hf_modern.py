@@ -7,7 +7,10 @@ transformers computes RMSNorm and the rotary angles in float32 whatever the mode
 GPT-Neo its attention scores. The imported model is held to the unchanged source at float32's
 precision, and to 1e-9 once those modules compute in float64 (the same formulas without the
 casts); every other line of the forward pass (the projections, the head split, the grouped
-keys, rotate_half, the residual wiring, the MLP) is transformers' own in both."""
+keys, rotate_half, the residual wiring, the MLP) is transformers' own in both. Besides the
+logits, the residual stream entering every block and after the final norm (transformers'
+hidden states) is held to 1e-9; its attention patterns are not, since its eager attention
+takes the softmax in float32 too."""
 
 import json
 import types
@@ -147,6 +150,14 @@ def test_imported_logits_equal_transformers(tmp_path, case):
         exact = float64_internals(source)(torch.tensor(tokens)).logits.numpy()
     assert np.abs(ours - exact).max() < 1e-9
     assert np.abs(ours - as_shipped).max() < 1e-5 * max(1.0, np.abs(as_shipped).max())
+    # the residual stream entering every block, and after the final norm, is transformers'
+    _, cache = Transformer(imported.cfg, imported.tensors).run_with_cache(tokens)
+    with torch.no_grad():
+        states = source(torch.tensor(tokens), output_hidden_states=True).hidden_states
+    L = imported.cfg.n_layers
+    for i in range(L):
+        assert np.abs(cache[f"blocks.{i}.hook_resid_pre"] - states[i].numpy()).max() < 1e-9
+    assert np.abs(cache["ln_final.hook_normalized"] - states[L].numpy()).max() < 1e-9
     assert imported.provenance["format"] == "hf-" + kind.replace("_", "-")
     # the imported model is what the source is, not a GPT-2 that happens to fit
     expected = {
