@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import record  # noqa: E402
 
 from flatformer.config import LN_EPS, ModelConfig, preset  # noqa: E402
-from flatformer.data import Corpus  # noqa: E402
+from flatformer.tasks.windows import Corpus  # noqa: E402
 from flatformer.engine import kernels  # noqa: E402
 from flatformer.engine.dtypes import default_dtype  # noqa: E402
 from flatformer.engine.model import (  # noqa: E402

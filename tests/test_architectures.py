@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from flatformer.bridge import TorchTransformer
+from flatformer.model.bridge import TorchTransformer
 from flatformer.config import ModelConfig
 from flatformer.engine import components as C
 from flatformer.engine import select
 from flatformer.engine.gradcheck import THRESHOLD, gradcheck
 from flatformer.engine.model import backward, cross_entropy, forward, hook_names, init_params
 from flatformer.errors import FlatformerError
-from flatformer.transformer import Transformer
+from flatformer.model.transformer import Transformer
 
 RNG = np.random.default_rng(0)
 
@@ -405,7 +405,7 @@ def test_parts_that_compute_the_classic_block_only_refuse_in_one_line(what):
 
             output_logits(model, np.zeros((1, cfg.d_model)))
         else:
-            from flatformer.bridge import to_transformer_lens
+            from flatformer.model.bridge import to_transformer_lens
 
             to_transformer_lens(model)
     message = str(err.value)

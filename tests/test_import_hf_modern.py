@@ -22,8 +22,8 @@ import torch
 from clitools import cli
 from flatformer.errors import FlatformerError
 from flatformer.importers import hf_gpt2
-from flatformer.runs import load_run
-from flatformer.transformer import Transformer
+from flatformer.store.runs import load_run
+from flatformer.model.transformer import Transformer
 
 V, T = 13, 10
 SMALL = dict(

@@ -18,7 +18,7 @@ TL_REFUSALS = [
     ("act_fn", "solu", GROKKING),
     ("normalization_type", "LNPost", GROKKING),
     ("final_rms", True, LN),
-    ("attention_dir", "bidirectional", GROKKING),
+    ("attention_dir", "sideways", GROKKING),
     ("attn_scale", 2.5, GROKKING),
 ]
 

@@ -21,7 +21,7 @@ from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_check
 
 from flatformer.errors import FlatformerError
 from flatformer.importers import hf_gpt2, tlens
-from flatformer.transformer import Transformer
+from flatformer.model.transformer import Transformer
 
 
 def tl_config_of(cfg):

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..config import LIMITS, ModelConfig, attn_weight
 from ..errors import FlatformerError
-from ..limits import number
+from ..store.limits import number
 from . import validate
 from .common import Imported, refuse, sha256
 

@@ -24,9 +24,9 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import FlatformerError
-from ..limits import number
+from ..store.limits import number
 from ..store.read import read_json
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 from . import tl_source, validate
 from .common import Imported, as_array, refuse, sha256, torch_state
 
@@ -43,7 +43,6 @@ ACT_FNS = {
 # other value is refused by name.
 NEUTRAL = {
     "use_qk_norm": (False, "query and key norms"),
-    "attention_dir": ("causal", "attention that is not causal"),
     "scale_attn_by_inverse_layer_idx": (False, "attention scaled by 1/layer"),
     "use_attn_scale": (True, "attention not scaled by 1/sqrt(d_head)"),
     "use_yarn_rope": (False, "YaRN rotary scaling"),
@@ -91,6 +90,7 @@ INERT = set(
 )
 SIZES = ("d_model", "d_head", "n_heads", "n_layers", "n_ctx", "d_vocab")
 HANDLED = set(SIZES) | {
+    "attention_dir",
     "positional_embedding_type",
     "d_mlp",
     "d_vocab_out",
@@ -184,6 +184,8 @@ def check_fields(c: dict) -> None:
             found.append((name, c[name], "logit soft-capping"))
     if c.get("use_local_attn") and "local" not in (c.get("attn_types") or []):
         found.append(("use_local_attn", True, "local attention without attn_types naming it"))
+    if c.get("attention_dir", "causal") not in ("causal", "bidirectional"):
+        found.append(("attention_dir", c["attention_dir"], "neither causal nor bidirectional"))
     act = c.get("act_fn", "relu")
     if not c.get("attn_only") and act not in ACT_FNS:  # an attention-only model has no MLP
         found.append(("act_fn", act, f"the engine's activations are {', '.join(ACT_FNS)}"))
@@ -489,6 +491,7 @@ def assemble(c: dict, t: dict, H: int) -> tuple[ModelConfig, dict, list[str]]:
         unembed_bias=True,
         ln_final=norm is not None,
         d_vocab_out=0 if V_out == V else V_out,
+        causal=c.get("attention_dir", "causal") == "causal",  # "bidirectional": tracr's models
         **arch,
     )
     if cfg.grouped:  # TransformerLens's names for grouped keys and values, as the engine's

@@ -10,7 +10,7 @@ import numpy as np
 from ..config import require_classic
 from ..errors import FlatformerError
 from ..engine.components import layer_norm, mlp
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 from .plane import grid
 from .probs import entropy, softmax
 
