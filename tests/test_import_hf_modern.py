@@ -262,5 +262,6 @@ def test_every_command_computes_the_model_or_refuses_it_in_one_line(tmp_path):
         ["explore", run],
         ["circuits", run],
         ["geometry", run],
+        ["graph", run, "--prompt", "1 2 3", "--out", tmp_path / "graph"],
     ):
         assert_one_line_error(cli_here(*command), "classic GPT-2 block", "rotary positions")
