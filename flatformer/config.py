@@ -22,9 +22,26 @@ LIMITS = {
     "d_vocab": (2, 100_000),
 }
 MAX_PARAMS = 20_000_000
-ACT_FNS = ("relu", "gelu", "gelu_erf")
+ACT_FNS = ("relu", "gelu", "gelu_erf", "silu", "solu_ln")
+NORMALIZATIONS = ("none", "pre_ln", "pre_rms")
+POSITIONS = ("standard", "rotary", "shortformer")
 # Fields added after runs were first saved, left out of a saved config at their default.
-LATER_DEFAULTS = {"attn_out_bias": False, "d_vocab_out": 0, "causal": True, "attn_coeff": 1.0}
+LATER_DEFAULTS = {
+    "attn_out_bias": False,
+    "d_vocab_out": 0,
+    "causal": True,
+    "attn_coeff": 1.0,
+    "eps": 1e-5,
+    "positional_embedding_type": "standard",
+    "rotary_dim": 0,
+    "rotary_base": 10000.0,
+    "rotary_adjacent_pairs": False,
+    "gated_mlp": False,
+    "parallel_attn_mlp": False,
+    "n_key_value_heads": 0,
+    "attn_types": (),
+    "window_size": 0,
+}
 
 # The model's two constants, shared by every implementation: TransformerLens's LayerNorm eps
 # and GPT-2's tanh GELU's sqrt(2 / pi).
@@ -66,11 +83,34 @@ class ModelConfig:
     # Zhong et al. 2023's attention rate: coeff * softmax + (1 - coeff) on every key a query
     # reads (components.attention); 1 is ordinary attention, 0 sums the values it reads.
     attn_coeff: float = 1.0
+    # The architectures of the field's small models (Llama, Qwen, Pythia, GPT-J), by
+    # TransformerLens's names; each default is the classic GPT-2 block.
+    eps: float = 1e-5  # LayerNorm's or RMSNorm's epsilon
+    positional_embedding_type: str = "standard"  # rotary: no W_pos, q and k rotated (RoPE);
+    # shortformer: W_pos added to q and k's inputs, not to the stream
+    rotary_dim: int = 0  # dimensions of each head rotated, the first ones (0: all of d_head)
+    rotary_base: float = 10000.0  # RoPE's theta: the angle of pair i is pos / base^(2i/r)
+    rotary_adjacent_pairs: bool = False  # False: rotate halves (GPT-NeoX, Llama); True: GPT-J
+    gated_mlp: bool = False  # act(x W_gate) * (x W_in) + b_in before W_out (SwiGLU, GeGLU)
+    parallel_attn_mlp: bool = False  # the MLP reads the block's input, not attention's output
+    n_key_value_heads: int = 0  # grouped-query attention: K and V heads (0: n_heads)
+    attn_types: tuple = ()  # per layer "global" or "local" (GPT-Neo); empty: all global
+    window_size: int = 0  # a local layer's query reads the window_size latest keys, itself too
 
     def __post_init__(self):
         for name, (lo, hi) in LIMITS.items():
             whole(f"config: {name}", getattr(self, name), lo, hi)
-        for name in ("qkv_bias", "attn_out", "unembed_bias", "ln_final", "attn_out_bias", "causal"):
+        for name in (
+            "qkv_bias",
+            "attn_out",
+            "unembed_bias",
+            "ln_final",
+            "attn_out_bias",
+            "causal",
+            "rotary_adjacent_pairs",
+            "gated_mlp",
+            "parallel_attn_mlp",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise FlatformerError(
                     f"config: {name} must be true or false, got {getattr(self, name)!r}"
@@ -88,10 +128,12 @@ class ModelConfig:
             )
         if self.attn_out_bias and not self.attn_out:
             raise FlatformerError("config: attn_out_bias (b_O) needs attn_out (W_O)")
-        if self.normalization not in ("none", "pre_ln"):
+        if self.normalization not in NORMALIZATIONS:
             raise FlatformerError(
-                f"config: normalization must be none or pre_ln, got {self.normalization!r}"
+                f"config: normalization must be one of {', '.join(NORMALIZATIONS)}, "
+                f"got {self.normalization!r}"
             )
+        self._check_architecture()
         if not self.attn_out and self.n_heads * self.d_head != self.d_model:
             raise FlatformerError(
                 f"config: without W_O (attn_out=false) n_heads * d_head must equal d_model, "
@@ -102,6 +144,113 @@ class ModelConfig:
                 f"config: {self.n_params:,} parameters; flatformer is made for "
                 f"models of at most {MAX_PARAMS:,}"
             )
+
+    def _check_architecture(self):
+        """The fields of the newer architectures: each in range, and consistent."""
+        for name in ("eps", "rotary_base"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise FlatformerError(f"config: {name} must be a number, got {value!r}")
+        if not 0 < self.eps <= 0.1:
+            raise FlatformerError(f"config: eps must be in (0, 0.1], got {self.eps!r}")
+        if not 1 < self.rotary_base <= 1e9:
+            raise FlatformerError(
+                f"config: rotary_base must be in (1, 1e9], got {self.rotary_base!r}"
+            )
+        if self.positional_embedding_type not in POSITIONS:
+            raise FlatformerError(
+                f"config: positional_embedding_type must be one of {', '.join(POSITIONS)}, "
+                f"got {self.positional_embedding_type!r}"
+            )
+        whole("config: rotary_dim", self.rotary_dim, 0, self.d_head)
+        if self.rotary_dim % 2:
+            raise FlatformerError(f"config: rotary_dim must be even, got {self.rotary_dim}")
+        if self.positional_embedding_type == "rotary" and self.d_head % 2 and not self.rotary_dim:
+            raise FlatformerError("config: rotary positions need an even d_head or rotary_dim")
+        whole("config: n_key_value_heads", self.n_key_value_heads, 0, self.n_heads)
+        if self.n_key_value_heads and self.n_heads % self.n_key_value_heads:
+            raise FlatformerError(
+                f"config: n_heads ({self.n_heads}) must be a multiple of n_key_value_heads "
+                f"({self.n_key_value_heads})"
+            )
+        if not isinstance(self.attn_types, (list, tuple)):
+            raise FlatformerError(f"config: attn_types must be a list, got {self.attn_types!r}")
+        object.__setattr__(self, "attn_types", tuple(self.attn_types))  # hashable, as saved
+        if self.attn_types and len(self.attn_types) != self.n_layers:
+            raise FlatformerError(
+                f"config: attn_types names {len(self.attn_types)} layers, the model has "
+                f"{self.n_layers}"
+            )
+        if any(t not in ("global", "local") for t in self.attn_types):
+            raise FlatformerError(
+                f"config: attn_types must be global or local, got {list(self.attn_types)}"
+            )
+        whole("config: window_size", self.window_size, 0, LIMITS["n_ctx"][1])
+        if "local" in self.attn_types and not self.window_size:
+            raise FlatformerError("config: local attention layers need a window_size >= 1")
+        if self.act_fn == "solu_ln" and self.gated_mlp:
+            raise FlatformerError("config: act_fn solu_ln (SoLU with its LayerNorm) is not gated")
+        if self.parallel_attn_mlp and self.attn_only:
+            raise FlatformerError("config: parallel_attn_mlp needs an MLP (d_mlp > 0)")
+
+    def window(self, layer: int) -> int:
+        """The keys a query of `layer` reads: window_size in a local layer, else 0 (all)."""
+        local = self.attn_types and self.attn_types[layer] == "local"
+        return self.window_size if local else 0
+
+    @property
+    def rotary(self) -> bool:
+        """Rotary positions (RoPE): q and k rotated by position, no W_pos."""
+        return self.positional_embedding_type == "rotary"
+
+    @property
+    def shortformer(self) -> bool:
+        """Shortformer positions (Press et al. 2021): W_pos added to q and k's inputs only, not
+        to the residual stream (TransformerLens's attn-only and redwood models)."""
+        return self.positional_embedding_type == "shortformer"
+
+    @property
+    def rotated_dims(self) -> int:
+        """The dimensions of each head that rotary positions rotate (rotary_dim, else d_head)."""
+        return self.rotary_dim or self.d_head
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Heads of keys and values: n_key_value_heads (grouped-query attention) or n_heads."""
+        return self.n_key_value_heads or self.n_heads
+
+    @property
+    def grouped(self) -> bool:
+        """Grouped-query attention: fewer key and value heads than query heads, each shared by
+        n_heads / n_kv_heads query heads (TransformerLens's `_W_K`, `_W_V`)."""
+        return self.n_kv_heads != self.n_heads
+
+    @property
+    def norm_kind(self) -> str:
+        """The kind of every normalisation of the model, final one included: "rms" or "ln"."""
+        return "rms" if self.normalization == "pre_rms" else "ln"
+
+    @property
+    def pre_norm(self) -> bool:
+        """A normalisation before attention and before the MLP (LayerNorm or RMSNorm)."""
+        return self.normalization != "none"
+
+    def newer_features(self) -> list[str]:
+        """The features of this model beyond the classic GPT-2 block, in words: what a part of
+        flatformer that computes only the classic block names when it refuses the model."""
+        names = {
+            "RMSNorm": self.normalization == "pre_rms",
+            "rotary positions": self.rotary,
+            "shortformer positions": self.shortformer,
+            "gated MLP": self.gated_mlp,
+            "parallel attention and MLP": self.parallel_attn_mlp,
+            "grouped-query attention": self.grouped,
+            "SiLU": self.act_fn == "silu",
+            "SoLU": self.act_fn == "solu_ln" and not self.attn_only,
+            "local attention": "local" in self.attn_types,
+            f"eps {self.eps:g}": self.eps != 1e-5,
+        }
+        return [name for name, used in names.items() if used]
 
     @property
     def vocab_out(self) -> int:
@@ -116,32 +265,48 @@ class ModelConfig:
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every parameter's TransformerLens name and shape (without the seed axis), in order."""
         d, h, dh, m, v = self.d_model, self.n_heads, self.d_head, self.d_mlp, self.d_vocab
-        shapes = {"embed.W_E": (v, d), "pos_embed.W_pos": (self.n_ctx, d)}
+        shapes = {"embed.W_E": (v, d)}
+        if not self.rotary:
+            shapes["pos_embed.W_pos"] = (self.n_ctx, d)
+
+        def norm(name):
+            shapes[name + ".w"] = (d,)
+            if self.norm_kind == "ln":
+                shapes[name + ".b"] = (d,)
+
         for layer in range(self.n_layers):
             b = f"blocks.{layer}."
-            if self.normalization == "pre_ln":
-                shapes[b + "ln1.w"], shapes[b + "ln1.b"] = (d,), (d,)
+            if self.pre_norm:
+                norm(b + "ln1")
             for w in "QKV":
-                shapes[b + f"attn.W_{w}"] = (h, d, dh)
+                shapes[b + attn_weight(self, w)] = (self.heads_of(w), d, dh)
             if self.qkv_bias:
                 for w in "QKV":
-                    shapes[b + f"attn.b_{w}"] = (h, dh)
+                    shapes[b + attn_weight(self, w, "b")] = (self.heads_of(w), dh)
             if self.attn_out:
                 shapes[b + "attn.W_O"] = (h, dh, d)
             if self.attn_out_bias:
                 shapes[b + "attn.b_O"] = (d,)
             if self.attn_only:
                 continue
-            if self.normalization == "pre_ln":
-                shapes[b + "ln2.w"], shapes[b + "ln2.b"] = (d,), (d,)
+            if self.pre_norm:
+                norm(b + "ln2")
+            if self.gated_mlp:
+                shapes[b + "mlp.W_gate"] = (d, m)
             shapes[b + "mlp.W_in"], shapes[b + "mlp.b_in"] = (d, m), (m,)
+            if self.act_fn == "solu_ln":  # SoLU's LayerNorm over the d_mlp neurons
+                shapes[b + "mlp.ln.w"], shapes[b + "mlp.ln.b"] = (m,), (m,)
             shapes[b + "mlp.W_out"], shapes[b + "mlp.b_out"] = (m, d), (d,)
         if self.ln_final:
-            shapes["ln_final.w"], shapes["ln_final.b"] = (d,), (d,)
+            norm("ln_final")
         shapes["unembed.W_U"] = (d, self.vocab_out)
         if self.unembed_bias:
             shapes["unembed.b_U"] = (self.vocab_out,)
         return shapes
+
+    def heads_of(self, w: str) -> int:
+        """Heads of the projection `w` (Q, K or V): keys and values have n_kv_heads."""
+        return self.n_heads if w == "Q" else self.n_kv_heads
 
     @property
     def n_params(self) -> int:
@@ -155,8 +320,9 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
+        data["attn_types"] = list(self.attn_types)
         for name, default in LATER_DEFAULTS.items():
-            if data[name] == default:
+            if data[name] == default or name == "attn_types" and not data[name]:
                 del data[name]
         return data
 
@@ -174,6 +340,24 @@ class ModelConfig:
 
     def replace(self, **changes) -> "ModelConfig":
         return self.from_dict({**self.to_dict(), **changes})
+
+
+def attn_weight(cfg: ModelConfig, w: str, kind: str = "W") -> str:
+    """The name of attention's weight (kind "W") or bias ("b") `w` (Q, K, V) within a block:
+    `attn.W_K`, or TransformerLens's `attn._W_K` for grouped keys and values (n_kv_heads of
+    them, each shared by a group of query heads)."""
+    under = "_" if cfg.grouped and w in "KV" else ""
+    return f"attn.{under}{kind}_{w}"
+
+
+def require_classic(cfg: ModelConfig, what: str) -> None:
+    """One line refusing a model with features beyond the classic GPT-2 block (RMSNorm, rotary
+    positions, ...) where `what` computes only that block."""
+    features = cfg.newer_features()
+    if features:
+        raise FlatformerError(
+            f"{what} computes the classic GPT-2 block only; this model has {', '.join(features)}"
+        )
 
 
 def require_causal(cfg: ModelConfig, what: str) -> None:

@@ -12,17 +12,12 @@ from test_import_tl import GROKKING, legacy_state
 
 LN = dict(GROKKING, normalization_type="LN")
 TL_REFUSALS = [
-    ("positional_embedding_type", "rotary", GROKKING),
-    ("positional_embedding_type", "shortformer", GROKKING),
-    ("normalization_type", "RMS", GROKKING),
-    ("normalization_type", "RMSPre", GROKKING),
-    ("parallel_attn_mlp", True, GROKKING),
-    ("n_key_value_heads", 2, GROKKING),
-    ("gated_mlp", True, GROKKING),
+    ("positional_embedding_type", "alibi", GROKKING),
     ("output_logits_soft_cap", 30.0, GROKKING),
     ("attn_scores_soft_cap", 50.0, GROKKING),
-    ("eps", 1e-6, LN),
-    ("act_fn", "silu", GROKKING),
+    ("act_fn", "solu", GROKKING),
+    ("normalization_type", "LNPost", GROKKING),
+    ("final_rms", True, LN),
     ("attention_dir", "sideways", GROKKING),
     ("attn_scale", 2.5, GROKKING),
 ]
@@ -84,10 +79,10 @@ def test_a_tl_state_dict_without_its_config_is_told_to_give_one(tmp_path, tl_wei
 def test_a_hugging_face_folder_of_another_architecture_is_refused_by_model_type(tmp_path):
     gpt2(tmp_path / "m", True)
     config = json.loads((tmp_path / "m" / "config.json").read_text())
-    config.update(model_type="llama", rope_theta=10000.0)
+    config.update(model_type="mamba")
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
     assert_one_line_error(
-        cli_here("import", tmp_path / "m", "--out", tmp_path / "r"), "model_type", "'llama'"
+        cli_here("import", tmp_path / "m", "--out", tmp_path / "r"), "model_type", "'mamba'"
     )
 
 

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from ..config import require_classic
 from ..errors import FlatformerError
 from ..store.limits import strict_json
 from ..tasks.prompts import read_lines
@@ -158,6 +159,7 @@ def geometry(
         print_seeds(report)
         return
     loaded = load_run(run)
+    require_classic(loaded.cfg, "flatformer geometry")
     prompts = None
     if stimuli_file:
         prompts, cut = read_lines(stimuli_file, loaded.task, loaded.cfg.n_ctx, "--stimuli")

@@ -57,6 +57,8 @@ def import_model(
         ),
         soft_wrap=True,
     )
+    if cfg.newer_features():
+        out.print(Text(f"  architecture: {', '.join(cfg.newer_features())}"), soft_wrap=True)
     if task.tokens is not None:
         out.print(Text(f"  held-out text: {len(task.tokens):,} tokens from {corpus}"))
     for change in imported.provenance["changes"]:

@@ -36,6 +36,7 @@ from ..engine.components import (
     mlp_backward,
     pos_embed,
 )
+from ..config import require_classic
 from ..model.transformer import Transformer
 
 
@@ -57,6 +58,7 @@ class EdgeGraph:
 
     def __init__(self, model: Transformer):
         cfg = model.cfg
+        require_classic(cfg, "the edge graph of circuits")
         self.cfg, self.t = cfg, model.tensors
         self.mlp = [f"blocks.{L}.mlp.W_in" in self.t for L in range(cfg.n_layers)]
         self.final_ln = "ln_final.w" in self.t

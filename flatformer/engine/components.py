@@ -102,11 +102,11 @@ def pos_embed_backward(dp, W_pos):
 # ---- LayerNorm: y = (x - mean x) / sqrt(var x + eps) w + b ---------------------------------
 
 
-def layer_norm(x, w, b):
+def layer_norm(x, w, b, eps=LN_EPS):
     """LayerNorm over the last axis: (y, x_hat, scale), x_hat = (x - mean x) / scale and
     scale = sqrt(var x + eps) (..., 1), TransformerLens's hook_scale."""
     centred = x - x.mean(-1, keepdims=True)
-    scale = np.sqrt((centred * centred).mean(-1, keepdims=True) + LN_EPS)
+    scale = np.sqrt((centred * centred).mean(-1, keepdims=True) + eps)
     x_hat = centred / scale
     return x_hat * w + b, x_hat, scale
 
@@ -126,6 +126,86 @@ def layer_norm_backward(dy, x_hat, scale, w):
     dx -= x_hat * (dx_hat * x_hat).mean(-1, keepdims=True)
     dx /= scale
     return dx, sum_to(dy * x_hat, np.shape(w)), sum_to(dy, np.shape(w))
+
+
+# ---- RMSNorm: y = x / sqrt(mean x^2 + eps) w (Zhang & Sennrich 2019; Llama) ----------------
+
+
+def rms_norm(x, w, eps=LN_EPS):
+    """RMSNorm over the last axis: (y, x_hat, scale), x_hat = x / scale and scale =
+    sqrt(mean x^2 + eps) (..., 1), TransformerLens's hook_scale. No centring, no bias."""
+    scale = np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    x_hat = x / scale
+    return x_hat * w, x_hat, scale
+
+
+def rms_norm_backward(dy, x_hat, scale, w):
+    """(dx, dw): with dx_hat = dy w, dx = (dx_hat - x_hat mean(dx_hat x_hat)) / scale, the
+    mean being the gradient through the mean square."""
+    dx_hat = dy * w
+    dx = dx_hat - x_hat * (dx_hat * x_hat).mean(-1, keepdims=True)
+    dx /= scale
+    return dx, sum_to(dy * x_hat, np.shape(w))
+
+
+# ---- rotary positions: x_rot = x cos(pos theta) + rotate(x) sin(pos theta) (RoPE) ------------
+
+
+@lru_cache(maxsize=None)
+def rotary_tables(T: int, rotary_dim: int, base: float, adjacent: bool = False):
+    """(cos, sin), each (T, rotary_dim), read-only: the angles of RoPE (Su et al. 2021,
+    "RoFormer"), pos / base^(2i / rotary_dim) for the pair i at position pos. The pairs are
+    the two halves (dims i and i + rotary_dim / 2: GPT-NeoX, Llama, Pythia) or, with
+    `adjacent`, neighbours (2i and 2i + 1: GPT-J)."""
+    inv_freq = 1.0 / base ** (np.arange(0, rotary_dim, 2) / rotary_dim)  # (r/2,)
+    angles = np.arange(T)[:, None] * inv_freq  # (T, r/2)
+    angles = np.repeat(angles, 2, -1) if adjacent else np.concatenate([angles, angles], -1)
+    cos, sin = np.cos(angles), np.sin(angles)
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
+
+
+def rotate(x, adjacent: bool = False):
+    """The quarter turn of each pair: halves (x1, x2) -> (-x2, x1), or with `adjacent` each
+    neighbour pair (x_2i, x_2i+1) -> (-x_2i+1, x_2i). Its transpose is its negative."""
+    if adjacent:
+        out = np.empty_like(x)
+        out[..., 0::2], out[..., 1::2] = -x[..., 1::2], x[..., 0::2]
+        return out
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], -1)
+
+
+def rotary(x, cos, sin, adjacent: bool = False):
+    """x with its first r = cos.shape[-1] dimensions turned by position: x cos + rotate(x) sin;
+    the rest pass (Pythia's partial rotary). cos and sin broadcast against x[..., :r]."""
+    r = cos.shape[-1]
+    head = x[..., :r]
+    turned = head * cos + rotate(head, adjacent) * sin
+    return turned if r == x.shape[-1] else np.concatenate([turned, x[..., r:]], -1)
+
+
+def rotary_backward(dy, cos, sin, adjacent: bool = False):
+    """dloss/dx for y = rotary(x): dy cos - rotate(dy sin), rotate's transpose being minus
+    itself; the passed dimensions' gradient is dy's."""
+    r = cos.shape[-1]
+    head = dy[..., :r]
+    dx = head * cos - rotate(head * sin, adjacent)
+    return dx if r == dy.shape[-1] else np.concatenate([dx, dy[..., r:]], -1)
+
+
+def repeat_kv(x, group: int):
+    """Grouped-query attention's keys or values for every query head: each of the n_kv heads
+    (axis -3) repeated `group` times in place (head h reads kv head h // group)."""
+    return x if group == 1 else np.repeat(x, group, axis=-3)
+
+
+def repeat_kv_backward(dx, group: int):
+    """The gradient of each kv head: the sum over the query heads of its group."""
+    if group == 1:
+        return dx
+    *lead, H, T, dh = dx.shape
+    return dx.reshape(*lead, H // group, group, T, dh).sum(-3)
 
 
 # ---- attention: z = softmax(q k^T / sqrt(dh) + mask) v -------------------------------------
@@ -154,6 +234,16 @@ def causal_mask(T: int) -> np.ndarray:
 def causal_bias(T: int, dtype=np.float64) -> np.ndarray:
     """Added to attention scores: 0 where a query may read a key, -inf where not (T, T)."""
     bias = np.where(causal_mask(T), 0.0, -np.inf).astype(dtype)
+    bias.flags.writeable = False
+    return bias
+
+
+@lru_cache(maxsize=None)
+def local_bias(T: int, window: int, dtype=np.float64) -> np.ndarray:
+    """Causal and local (GPT-Neo's local layers): a query reads the `window` latest keys, its
+    own included (query - key < window); 0 there, -inf elsewhere (T, T)."""
+    distance = np.arange(T)[:, None] - np.arange(T)[None, :]
+    bias = np.where((distance >= 0) & (distance < window), 0.0, -np.inf).astype(dtype)
     bias.flags.writeable = False
     return bias
 
@@ -240,11 +330,25 @@ def gelu_erf_grad(pre):
     return 0.5 * (1.0 + erf(pre * (1.0 / math.sqrt(2.0)))) + pre * pdf
 
 
+def silu(pre):
+    """SiLU (swish), x sigmoid(x) (Llama's SwiGLU): (post, sigmoid), the sigmoid written as
+    exp(-log(1 + exp(-x))), which overflows nowhere and keeps its tail's digits."""
+    sig = np.exp(-np.logaddexp(0.0, -pre))
+    return pre * sig, sig
+
+
+def silu_backward(dpost, pre, sig):
+    """dpost d silu / d pre = dpost sig (1 + x (1 - sig))."""
+    return dpost * sig * (1.0 + pre * (1.0 - sig))
+
+
 def activation(act_fn: str, pre, kit=None):
-    """(post, saved): the MLP's nonlinearity (relu, gelu: tanh's, gelu_erf: the exact one) and
-    what its backward pass reuses."""
+    """(post, saved): the MLP's nonlinearity (relu, gelu: tanh's, gelu_erf: the exact one,
+    silu) and what its backward pass reuses."""
     if act_fn == "relu":
         return np.maximum(pre, 0.0), None
+    if act_fn == "silu":
+        return silu(pre)
     if act_fn == "gelu_erf":
         return gelu_erf(pre), None
     return (kit or REFERENCE).gelu(pre)
@@ -254,6 +358,8 @@ def activation_backward(act_fn: str, dpost, pre, saved, kit=None):
     """dloss/dpre from dloss/dpost (the kit's GELU may write over dpost)."""
     if act_fn == "relu":
         return dpost * (pre > 0)
+    if act_fn == "silu":
+        return silu_backward(dpost, pre, saved)
     if act_fn == "gelu_erf":
         return dpost * gelu_erf_grad(pre)
     return (kit or REFERENCE).gelu_backward(dpost, pre, saved)
@@ -276,6 +382,67 @@ def mlp_backward(dout, x, W_in, b_in, W_out, b_out, act_fn: str, saved, kit=None
     dpre = activation_backward(act_fn, dpost, pre, act_saved, kit)
     dx, dW_in, db_in = linear_backward(dpre, x, W_in, b_in)
     return dx, (dW_in, db_in, dW_out, db_out)
+
+
+def solu(pre):
+    """SoLU (Elhage et al. 2022, "Softmax Linear Units"): x softmax(x) over the neurons; (mid,
+    the softmax)."""
+    s = softmax(pre)
+    return pre * s, s
+
+
+def solu_backward(dmid, pre, s):
+    """dloss/dpre for mid = x softmax(x): s (dmid (1 + x) - sum(dmid x s))."""
+    g = dmid * pre
+    return s * (dmid + g - (g * s).sum(-1, keepdims=True))
+
+
+def solu_mlp(x, W_in, b_in, ln_w, ln_b, W_out, b_out, eps=LN_EPS, hook=no_hook):
+    """The SoLU MLP as TransformerLens writes it (act_fn "solu_ln"): pre = x W_in + b_in
+    (hook_pre), mid = solu(pre) (hook_mid), post = LayerNorm(mid) over the neurons with its
+    own gain and bias (ln.hook_scale, ln.hook_normalized, hook_post), out = post W_out + b_out.
+    Returns out and what solu_mlp_backward needs."""
+    pre = hook("hook_pre", linear(x, W_in, b_in))
+    mid, s = solu(pre)
+    mid = hook("hook_mid", mid)
+    post, x_hat, scale = layer_norm(mid, ln_w, ln_b, eps)
+    hook("ln.hook_scale", scale)
+    post = hook("hook_post", hook("ln.hook_normalized", post))
+    return linear(post, W_out, b_out), (pre, s, x_hat, scale, post)
+
+
+def solu_mlp_backward(dout, x, W_in, b_in, ln_w, ln_b, W_out, b_out, saved):
+    """dloss/dx and the weights' gradients (dW_in, db_in, dln_w, dln_b, dW_out, db_out)."""
+    pre, s, x_hat, scale, post = saved
+    dpost, dW_out, db_out = linear_backward(dout, post, W_out, b_out)
+    dmid, dln_w, dln_b = layer_norm_backward(dpost, x_hat, scale, ln_w)
+    dx, dW_in, db_in = linear_backward(solu_backward(dmid, pre, s), x, W_in, b_in)
+    return dx, (dW_in, db_in, dln_w, dln_b, dW_out, db_out)
+
+
+def gated_mlp(x, W_gate, W_in, b_in, W_out, b_out, act_fn: str, hook=no_hook, kit=None):
+    """The gated MLP (Shazeer 2020, "GLU Variants Improve Transformer"; SwiGLU with silu,
+    GeGLU with gelu), as TransformerLens writes it: out = (act(x W_gate) * (x W_in) + b_in)
+    W_out + b_out, hooks hook_pre (x W_gate), hook_pre_linear (x W_in) and hook_post. Returns
+    out and what gated_mlp_backward needs."""
+    pre = hook("hook_pre", linear(x, W_gate))
+    pre_linear = hook("hook_pre_linear", linear(x, W_in))
+    act, act_saved = activation(act_fn, pre, kit)
+    post = hook("hook_post", act * pre_linear + b_in)
+    return linear(post, W_out, b_out), (pre, pre_linear, post, act, act_saved)
+
+
+def gated_mlp_backward(dout, x, W_gate, W_in, b_in, W_out, b_out, act_fn: str, saved, kit=None):
+    """dloss/dx and the weights' gradients (dW_gate, dW_in, db_in, dW_out, db_out), given
+    gated_mlp's inputs and what it saved."""
+    pre, pre_linear, post, act, act_saved = saved
+    dpost, dW_out, db_out = linear_backward(dout, post, W_out, b_out)
+    db_in = sum_to(dpost, np.shape(b_in))
+    dpre = activation_backward(act_fn, dpost * pre_linear, pre, act_saved, kit)
+    dx_gate, dW_gate, _ = linear_backward(dpre, x, W_gate)
+    dx, dW_in, _ = linear_backward(dpost * act, x, W_in)
+    dx += dx_gate
+    return dx, (dW_gate, dW_in, db_in, dW_out, db_out)
 
 
 # ---- the elementwise steps, swappable --------------------------------------------------------

@@ -112,7 +112,7 @@ def init_params(
     params = Params(cfg, len(rngs))
     for s, rng in enumerate(rngs):
         for name, view in params.views.items():
-            leaf = name.rsplit(".", 1)[1]
+            leaf = name.rsplit(".", 1)[1].lstrip("_")  # _W_K: grouped keys (attn_weight)
             shape = view.shape[1:]
             if leaf in ("W_E", "W_pos"):
                 view[s] = embed_scale * rng.standard_normal(shape)
@@ -128,6 +128,7 @@ def init_params(
                     "b_V": cfg.d_model,
                     "W_O": cfg.n_heads * cfg.d_head,
                     "W_in": cfg.d_model,
+                    "W_gate": cfg.d_model,
                     "b_in": cfg.d_model,
                     "W_out": cfg.d_mlp,
                     "b_out": cfg.d_mlp,

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.circuits import TOP_K
-from ..config import ModelConfig
+from ..config import ModelConfig, require_classic
 from ..tasks.windows import TaskData, evenly_spaced
 from ..errors import FlatformerError
 from ..engine.model import Params, hook_names
@@ -139,6 +139,8 @@ def build_export(
     opens on `demo_tokens` when given (the task's own reading of its demo or of a prompt), else
     on `demo` read as space-separated vocabulary words; `input_note` is shown under its input
     box."""
+    # explorer/model.js computes the classic block only
+    require_classic(cfg, "the explorer page")
     vocab = check_vocab(cfg, vocab)
     steps = [s for s, _ in checkpoints]
     if step not in steps:

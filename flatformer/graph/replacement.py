@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import require_classic
 from ..engine.components import layer_norm_frozen
 from ..errors import FlatformerError
 from .transcoders import Transcoder
@@ -30,6 +31,7 @@ class Replacement:
     graph with it minus the graph without."""
 
     def __init__(self, model, transcoders: list[Transcoder], tokens, heads=None):
+        require_classic(model.cfg, "the attribution graph")
         self.model, self.cfg = model, model.cfg
         self.tokens = model.check_tokens(tokens)[0]
         self.T = T = len(self.tokens)

@@ -31,8 +31,15 @@ def read(folder: Path) -> Imported:
     if not isinstance(config, dict):
         raise FlatformerError(f"{folder}/config.json is not an object")
     model_type = config.get("model_type", "gpt2")
-    if model_type != "gpt2":
-        refuse("model_type", model_type, "only GPT-2's architecture is read from a folder")
+    if model_type != "gpt2":  # Llama, Mistral, Qwen2, Gemma, GPT-NeoX
+        from . import hf_modern
+
+        if model_type not in hf_modern.MODEL_TYPES:
+            known = ", ".join(("gpt2", *hf_modern.MODEL_TYPES))
+            refuse("model_type", model_type, f"the folders read are {known}")
+        imported = hf_modern.read(folder, config, *load_state(folder))
+        imported.tokenizer = read_folder(folder)
+        return imported
     act = config.get("activation_function", "gelu_new")
     if act not in ACT_FNS:
         refuse("activation_function", act, f"the engine's activations are {', '.join(ACT_FNS)}")
@@ -46,14 +53,7 @@ def read(folder: Path) -> Imported:
     ):
         if config.get(name, wanted) != wanted:
             refuse(name, config[name], "attention scaled otherwise than by 1/sqrt(d_head)")
-    if (folder / "model.safetensors").exists():
-        source = folder / "model.safetensors"
-        state = validate.read_safetensors(source)
-    elif (folder / "pytorch_model.bin").exists():
-        source = folder / "pytorch_model.bin"
-        state = validate.state_dict(torch_state(source), str(source))
-    else:
-        raise FlatformerError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
+    source, state = load_state(folder)
     state = {
         (k if k.startswith(("transformer.", "lm_head.")) else "transformer." + k): v
         for k, v in state.items()
@@ -68,3 +68,14 @@ def read(folder: Path) -> Imported:
     imported.provenance.update(source=str(source), sha256=sha256(source))
     imported.tokenizer = read_folder(folder)
     return imported
+
+
+def load_state(folder: Path) -> tuple[Path, dict]:
+    """The folder's weights file and its tensors, model.safetensors read without torch."""
+    if (folder / "model.safetensors").exists():
+        source = folder / "model.safetensors"
+        return source, validate.read_safetensors(source)
+    if (folder / "pytorch_model.bin").exists():
+        source = folder / "pytorch_model.bin"
+        return source, validate.state_dict(torch_state(source), str(source))
+    raise FlatformerError(f"{folder}: neither model.safetensors nor pytorch_model.bin")

@@ -24,22 +24,25 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import FlatformerError
+from ..store.limits import number
 from ..store.read import read_json
 from ..model.transformer import Transformer
 from . import tl_source, validate
-from .common import Imported, as_array, check_ln_eps, refuse, sha256, torch_state
+from .common import Imported, as_array, refuse, sha256, torch_state
 
-ACT_FNS = {"relu": "relu", "gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}
+ACT_FNS = {
+    "relu": "relu",
+    "gelu": "gelu_erf",
+    "gelu_new": "gelu",
+    "gelu_pytorch_tanh": "gelu",
+    "silu": "silu",
+    "solu_ln": "solu_ln",
+}
 
 # Fields that change the forward pass, with the value under which the engine computes it; any
 # other value is refused by name.
 NEUTRAL = {
-    "parallel_attn_mlp": (False, "attention and MLP in parallel"),
-    "gated_mlp": (False, "a gated MLP"),
-    "final_rms": (False, "a final RMSNorm"),
-    "uses_rms_norm": (False, "RMSNorm"),
     "use_qk_norm": (False, "query and key norms"),
-    "use_local_attn": (False, "local attention"),
     "scale_attn_by_inverse_layer_idx": (False, "attention scaled by 1/layer"),
     "use_attn_scale": (True, "attention not scaled by 1/sqrt(d_head)"),
     "use_yarn_rope": (False, "YaRN rotary scaling"),
@@ -53,14 +56,12 @@ NEUTRAL = {
     "per_layer_num_key_value_heads": (None, "grouped-query attention"),
     "load_in_4bit": (False, "4-bit quantized weights"),
     "scale_embedding": (None, "a scaled embedding"),
-    "shortformer_pos": (False, "shortformer positions"),
     "is_audio_model": (False, "an audio model"),
     "is_visual_model": (False, "a vision model"),
     "is_multimodal": (False, "a multimodal model"),
     "is_stateful": (False, "a stateful model"),
 }
 POSITIONS = {
-    "rotary": "rotary positions",
     "shortformer": "shortformer positions",
     "alibi": "ALiBi attention biases",
     "relative_positional_bias": "relative position biases",
@@ -76,8 +77,8 @@ INERT = set(
     "checkpoint_value tokenizer_name tokenizer_prepends_bos tokenizer_appends_eos "
     "default_prepend_bos default_padding_side trust_remote_code use_attn_result "
     "use_split_qkv_input use_hook_mlp_in use_attn_in use_hook_tokens split_attention_weights "
-    "attn_implementation ungroup_grouped_query_attention window_size experts_per_token "
-    "rotary_dim rotary_base rotary_adjacent_pairs rotary_interleaved_cos_sin qk_norm_after_rope "
+    "attn_implementation ungroup_grouped_query_attention experts_per_token "
+    "rotary_interleaved_cos_sin qk_norm_after_rope "
     "rotary_base_local rotary_scaling_factor yarn_factor yarn_attention_factor yarn_beta_fast "
     "yarn_beta_slow yarn_original_max_position_embeddings norm_topk_prob "
     "use_NTK_by_parts_rope NTK_by_parts_low_freq_factor NTK_by_parts_high_freq_factor "
@@ -102,8 +103,19 @@ HANDLED = set(SIZES) | {
     "n_key_value_heads",
     "attn_types",
     *SOFT_CAPS,
+    # the architectures of the field's small models, read into the engine's own fields
+    "rotary_dim",
+    "rotary_base",
+    "rotary_adjacent_pairs",
+    "gated_mlp",
+    "parallel_attn_mlp",
+    "final_rms",
+    "uses_rms_norm",
+    "use_local_attn",
+    "window_size",
 }
-BUFFERS = (".mask", ".IGNORE")
+BUFFERS = (".mask", ".IGNORE", ".rotary_sin", ".rotary_cos")
+RMS = ("RMS", "RMSPre")
 # What the bridge rebuilt to check an import against is given: the fields read here; any other
 # field leaves the forward pass as it is.
 SOURCE_FIELDS = (HANDLED - {"normalization"}) | set(NEUTRAL)
@@ -145,26 +157,35 @@ def check_fields(c: dict) -> None:
     other value, since it may change the forward pass."""
     found = []  # (field, value, what the engine lacks)
     norm = c.get("normalization_type", c.get("normalization", "LN"))
-    if norm in ("RMS", "RMSPre"):
-        found.append(("normalization_type", norm, "RMSNorm"))
-    elif norm not in (None, "LN", "LNPre"):
-        found.append(("normalization_type", norm, "a normalization other than LayerNorm"))
+    if norm not in (None, "LN", "LNPre", *RMS):
+        found.append(("normalization_type", norm, "a normalization other than LayerNorm or RMS"))
+    if c.get("final_rms") and norm not in RMS:
+        found.append(("final_rms", True, "a final RMSNorm after LayerNorm blocks"))
+    if c.get("uses_rms_norm") and norm not in RMS:
+        found.append(("uses_rms_norm", True, "RMSNorm with normalization_type " + repr(norm)))
     pos = c.get("positional_embedding_type", "standard")
-    if pos != "standard":
+    if pos not in ("standard", "rotary", "shortformer"):
         found.append(("positional_embedding_type", pos, POSITIONS.get(pos, "those positions")))
+    if pos == "rotary":  # what changes the rotary angles, inert without rotary positions
+        for name, neutral in (
+            ("use_NTK_by_parts_rope", False),
+            ("rotary_interleaved_cos_sin", False),
+            ("rotary_scaling_factor", 1.0),
+        ):
+            if c.get(name) not in (None, neutral):
+                found.append((name, c[name], "rotary angles scaled or laid out otherwise"))
+    if c.get("parallel_attn_mlp") and c.get("attn_only"):
+        found.append(("parallel_attn_mlp", True, "parallel attention without an MLP"))
     for name, (neutral, what) in NEUTRAL.items():
         if name in c and c[name] != neutral and not (neutral is None and c[name] is False):
             found.append((name, c[name], what))
     for name in SOFT_CAPS:
         if name in c and c[name] is not None and float(c[name]) > 0:
             found.append((name, c[name], "logit soft-capping"))
+    if c.get("use_local_attn") and "local" not in (c.get("attn_types") or []):
+        found.append(("use_local_attn", True, "local attention without attn_types naming it"))
     if c.get("attention_dir", "causal") not in ("causal", "bidirectional"):
         found.append(("attention_dir", c["attention_dir"], "neither causal nor bidirectional"))
-    kv = c.get("n_key_value_heads")
-    if kv is not None and kv != c.get("n_heads"):
-        found.append(("n_key_value_heads", kv, "grouped-query attention"))
-    if any(t != "global" for t in c.get("attn_types") or []):
-        found.append(("attn_types", c["attn_types"], "local attention"))
     act = c.get("act_fn", "relu")
     if not c.get("attn_only") and act not in ACT_FNS:  # an attention-only model has no MLP
         found.append(("act_fn", act, f"the engine's activations are {', '.join(ACT_FNS)}"))
@@ -173,8 +194,6 @@ def check_fields(c: dict) -> None:
     if found:
         named = "; ".join(f"{name} = {value!r} ({what})" for name, value, what in found)
         raise FlatformerError(f"cannot import: {named}; flatformer's engine does not have it")
-    if norm is not None:
-        check_ln_eps("eps", c.get("eps", 1e-5))
 
 
 # How a bridge stores the weights whose layout depends on the model it wraps: nn.Linear's
@@ -239,10 +258,72 @@ def convert(c: dict, state: dict) -> Imported:
         refuse("attn_scale", scale, "attention not scaled by 1/sqrt(d_head)")
     state = {k: v for k, v in state.items() if not k.endswith(BUFFERS)}
     if "embed.weight" in state:
+        newer = newer_fields(c)
+        if newer:
+            raise FlatformerError(
+                f"cannot import: a TransformerLens 4 bridge state dict with {', '.join(newer)} "
+                "is not read (TransformerLens's native model computes these in float32, so "
+                "no layout can be proved against it); save the legacy state dict, "
+                "HookedTransformer's names, with its config"
+            )
         return read_bridge(c, state, H, dh)
     t = {k.replace("._W_", ".W_").replace("._b_", ".b_"): as_array(v, k) for k, v in state.items()}
     cfg, tensors, changes = assemble(c, t, H)
     return Imported(cfg, tensors, None, {"format": "transformer-lens", "changes": changes})
+
+
+def d_mlp_of(t: dict, d: int) -> int:
+    """The MLP's width as its first W_in stores it."""
+    return t.get("blocks.0.mlp.W_in", np.zeros((d, 0))).shape[1]
+
+
+def newer_fields(c: dict) -> list[str]:
+    """The config's fields that ask for the newer architectures, as `field = value`."""
+    norm = c.get("normalization_type", c.get("normalization", "LN"))
+    asked = {
+        "normalization_type": norm in RMS,
+        "positional_embedding_type": c.get("positional_embedding_type")
+        in ("rotary", "shortformer"),
+        "gated_mlp": bool(c.get("gated_mlp")),
+        "parallel_attn_mlp": bool(c.get("parallel_attn_mlp")),
+        "n_key_value_heads": c.get("n_key_value_heads") not in (None, c.get("n_heads")),
+    }
+    return [f"{k} = {c.get(k, norm)!r}" for k, on in asked.items() if on]
+
+
+def architecture(c: dict, d_head: int) -> dict:
+    """The engine's fields for the config's architecture (RMSNorm, rotary positions, gated MLP,
+    parallel attention and MLP, grouped-query attention), each at its default when off."""
+    where = "TransformerLens config"
+    out = {"eps": validate.eps(where, "eps", c.get("eps", 1e-5))}
+    if c.get("positional_embedding_type") == "shortformer":
+        out["positional_embedding_type"] = "shortformer"
+    if c.get("positional_embedding_type") == "rotary":
+        rotary_dim = c.get("rotary_dim")
+        rotary_dim = (
+            d_head
+            if rotary_dim is None
+            else validate.size(where, "rotary_dim", rotary_dim, "d_head")
+        )
+        base = c.get("rotary_base", 10000)
+        out.update(
+            positional_embedding_type="rotary",
+            rotary_dim=0 if rotary_dim == d_head else rotary_dim,
+            rotary_base=number(f"{where}: rotary_base", base, 1.0, 1e9),
+            rotary_adjacent_pairs=validate.flag(
+                where, "rotary_adjacent_pairs", c.get("rotary_adjacent_pairs", False)
+            ),
+        )
+    for name in ("gated_mlp", "parallel_attn_mlp"):
+        out[name] = validate.flag(where, name, c.get(name, False) or False)
+    types = c.get("attn_types") or []
+    if any(t != "global" for t in types):  # GPT-Neo's local layers (the config checks them)
+        out["attn_types"] = tuple(types)
+        out["window_size"] = c.get("window_size") or 0
+    kv = c.get("n_key_value_heads")
+    if kv is not None and kv != c["n_heads"]:
+        out["n_key_value_heads"] = validate.size(where, "n_key_value_heads", kv, "n_heads")
+    return out
 
 
 def checked_sizes(c: dict) -> dict:
@@ -354,12 +435,23 @@ def assemble(c: dict, t: dict, H: int) -> tuple[ModelConfig, dict, list[str]]:
         raise FlatformerError("TransformerLens state dict has no embed.W_E (nor embed.weight)")
     changes, dtype = [], t["embed.W_E"].dtype
     norm = c.get("normalization_type", c.get("normalization", "LN"))
+    arch = architecture(c, dh)
     attn_only = bool(c.get("attn_only", False))
     ln_names = [f"blocks.{i}.ln{j}" for i in range(L) for j in ((1,) if attn_only else (1, 2))]
     if norm == "LNPre":
         for name in ln_names + ["ln_final"]:
             t[name + ".w"], t[name + ".b"] = np.ones(d, dtype), np.zeros(d, dtype)
         changes.append("normalization_type LNPre: LayerNorm with unit gains and zero biases")
+    if norm == "LNPre" and c.get("act_fn") == "solu_ln" and not attn_only:
+        for i in range(L):
+            t[f"blocks.{i}.mlp.ln.w"], t[f"blocks.{i}.mlp.ln.b"] = (
+                np.ones(d_mlp_of(t, d), dtype),
+                np.zeros(d_mlp_of(t, d), dtype),
+            )
+    if norm == "RMSPre":
+        for name in ln_names + ["ln_final"]:
+            t[name + ".w"] = np.ones(d, dtype)
+        changes.append("normalization_type RMSPre: RMSNorm with unit gains")
     if c.get("layer_norm_folding") or c.get("fold_ln"):
         changes.append("LayerNorm folded by TransformerLens: weights imported as stored")
     if "unembed.W_U" not in t and c.get("tie_word_embeddings"):
@@ -370,8 +462,14 @@ def assemble(c: dict, t: dict, H: int) -> tuple[ModelConfig, dict, list[str]]:
         raise FlatformerError(f"TransformerLens config: d_mlp {c['d_mlp']}, W_in has {d_mlp}")
     V_out = int(c.get("d_vocab_out", -1))
     V_out = V if V_out <= 0 else V_out
-    biases = {f"blocks.{i}.attn.b_{w}": (H, dh) for i in range(L) for w in "QKVO"}
+    Hkv = arch.get("n_key_value_heads", H)
+    biases = {
+        f"blocks.{i}.attn.b_{w}": (H if w in "QO" else Hkv, dh) for i in range(L) for w in "QKVO"
+    }
     biases["unembed.b_U"] = (V_out,)
+    if arch.get("gated_mlp") and not attn_only:
+        biases.update({f"blocks.{i}.mlp.b_in": (d_mlp,) for i in range(L)})
+        biases.update({f"blocks.{i}.mlp.b_out": (d,) for i in range(L)})
     absent = [name for name in biases if name not in t]
     for name in absent:
         t[name] = np.zeros(d if name.endswith("b_O") else biases[name], dtype)
@@ -386,7 +484,7 @@ def assemble(c: dict, t: dict, H: int) -> tuple[ModelConfig, dict, list[str]]:
         n_ctx=T,
         d_vocab=V,
         act_fn="relu" if attn_only else ACT_FNS[c.get("act_fn", "relu")],  # unused if attn-only
-        normalization="none" if norm is None else "pre_ln",
+        normalization="none" if norm is None else "pre_rms" if norm in RMS else "pre_ln",
         qkv_bias=True,
         attn_out=True,
         attn_out_bias=True,
@@ -394,7 +492,13 @@ def assemble(c: dict, t: dict, H: int) -> tuple[ModelConfig, dict, list[str]]:
         ln_final=norm is not None,
         d_vocab_out=0 if V_out == V else V_out,
         causal=c.get("attention_dir", "causal") == "causal",  # "bidirectional": tracr's models
+        **arch,
     )
+    if cfg.grouped:  # TransformerLens's names for grouped keys and values, as the engine's
+        for i in range(L):
+            for w in "KV":
+                for kind in "Wb":
+                    t[f"blocks.{i}.attn._{kind}_{w}"] = t.pop(f"blocks.{i}.attn.{kind}_{w}")
     shapes = cfg.param_shapes()
     extra = sorted(set(t) - set(shapes))
     if extra:

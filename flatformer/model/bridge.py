@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..config import ModelConfig
+from ..config import ModelConfig, attn_weight, require_classic
 from ..errors import FlatformerError
 
 try:
@@ -72,11 +72,52 @@ if torch is not None:
             return self.hook_points[name.replace(".", "__")](x, ctx)
 
         def layer_norm(self, x, w, b, name, ctx):
+            if self.cfg.norm_kind == "rms":  # RMSNorm: no centring, no bias
+                return self.rms_norm(x, w, name, ctx)
             x = x - x.mean(-1, keepdim=True)
             scale = self.hook(
-                name + ".hook_scale", (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt(), ctx
+                name + ".hook_scale", (x.pow(2).mean(-1, keepdim=True) + self.cfg.eps).sqrt(), ctx
             )
             return self.hook(name + ".hook_normalized", x / scale * w + b, ctx)
+
+        def rms_norm(self, x, w, name, ctx):
+            scale = (x.pow(2).mean(-1, keepdim=True) + self.cfg.eps).sqrt()
+            scale = self.hook(name + ".hook_scale", scale, ctx)
+            return self.hook(name + ".hook_normalized", x / scale * w, ctx)
+
+        def norm(self, x, name, ctx):
+            b = self.p(name + ".b") if self.cfg.norm_kind == "ln" else None
+            return self.layer_norm(x, self.p(name + ".w"), b, name, ctx)
+
+        def rope(self, x, T):
+            """x (B, T, heads, dh) with its first rotary_dim dimensions turned by position."""
+            cfg = self.cfg
+            r = cfg.rotated_dims
+            freq = cfg.rotary_base ** (-torch.arange(0, r, 2, dtype=x.dtype) / r)
+            angle = torch.arange(T, dtype=x.dtype)[:, None] * freq  # (T, r/2)
+            head, rest = x[..., :r], x[..., r:]
+            if cfg.rotary_adjacent_pairs:  # GPT-J: pairs (2i, 2i + 1)
+                pairs = head.unflatten(-1, (r // 2, 2))
+                c, s = angle.cos()[:, None, :, None], angle.sin()[:, None, :, None]
+                x1, x2 = pairs[..., :1], pairs[..., 1:]
+                turned = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1).flatten(-2)
+            else:  # GPT-NeoX, Llama: pairs (i, i + r/2)
+                c, s = angle.cos()[:, None], angle.sin()[:, None]
+                x1, x2 = head[..., : r // 2], head[..., r // 2 :]
+                turned = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+            return torch.cat([turned, rest], -1)
+
+        def activation(self, pre):
+            act_fn = self.cfg.act_fn
+            if act_fn == "relu":
+                return torch.relu(pre)
+            if act_fn == "silu":
+                return nn.functional.silu(pre)
+            if act_fn == "solu_ln":  # the SoLU MLP computes its own (forward)
+                return pre
+            if act_fn == "gelu_erf":
+                return nn.functional.gelu(pre)
+            return nn.functional.gelu(pre, approximate="tanh")
 
         def forward(self, tokens, hooks=None, cache=None):
             """Logits (B, T, V) for integer tokens (B, T); fills `cache` with named activations."""
@@ -84,24 +125,37 @@ if torch is not None:
             ctx = {"hooks": hooks or {}, "cache": {} if cache is None else cache}
             T = tokens.shape[-1]
             x = self.hook("hook_embed", self.p("embed.W_E")[tokens], ctx)
-            pos = self.p("pos_embed.W_pos")[:T].expand(tokens.shape[0], T, cfg.d_model)
-            resid = x + self.hook("hook_pos_embed", pos, ctx)
-            mask = torch.ones(T, T, dtype=torch.bool)
+            if cfg.rotary:
+                resid = x
+            else:
+                pos = self.p("pos_embed.W_pos")[:T].expand(tokens.shape[0], T, cfg.d_model)
+                pos = self.hook("hook_pos_embed", pos, ctx)
+                resid = x if cfg.shortformer else x + pos
+            causal = torch.ones(T, T, dtype=torch.bool)
             if cfg.causal:
-                mask = mask.tril()
+                causal = causal.tril()
             for layer in range(cfg.n_layers):
                 b = f"blocks.{layer}."
+                mask = causal
+                if cfg.window(layer):  # GPT-Neo's local layers: keys within the window only
+                    mask = causal & ~torch.tril(causal, -cfg.window(layer))
                 resid = self.hook(b + "hook_resid_pre", resid, ctx)
                 h = resid
-                if cfg.normalization == "pre_ln":
-                    h = self.layer_norm(h, self.p(b + "ln1.w"), self.p(b + "ln1.b"), b + "ln1", ctx)
+                if cfg.pre_norm:
+                    h = self.norm(h, b + "ln1", ctx)
                 qkv = []
                 for w in "QKV":
-                    out = torch.einsum("btd,hde->bthe", h, self.p(b + f"attn.W_{w}"))
+                    inp = h + pos if cfg.shortformer and w in "QK" else h  # Shortformer: q, k only
+                    out = torch.einsum("btd,hde->bthe", inp, self.p(b + attn_weight(cfg, w)))
                     if cfg.qkv_bias:
-                        out = out + self.p(b + f"attn.b_{w}")
+                        out = out + self.p(b + attn_weight(cfg, w, "b"))
                     qkv.append(self.hook(b + f"attn.hook_{w.lower()}", out, ctx))
                 q, k, v = qkv
+                if cfg.rotary:
+                    q = self.hook(b + "attn.hook_rot_q", self.rope(q, T), ctx)
+                    k = self.hook(b + "attn.hook_rot_k", self.rope(k, T), ctx)
+                group = cfg.n_heads // cfg.n_kv_heads  # query heads per key and value head
+                k, v = k.repeat_interleave(group, -2), v.repeat_interleave(group, -2)
                 scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / math.sqrt(cfg.d_head)
                 scores = self.hook(
                     b + "attn.hook_attn_scores", scores.masked_fill(~mask, float("-inf")), ctx
@@ -123,19 +177,26 @@ if torch is not None:
                 if cfg.attn_only:
                     resid = self.hook(b + "hook_resid_post", resid + attn_out, ctx)
                     continue
-                resid = self.hook(b + "hook_resid_mid", resid + attn_out, ctx)
-                h = resid
-                if cfg.normalization == "pre_ln":
-                    h = self.layer_norm(h, self.p(b + "ln2.w"), self.p(b + "ln2.b"), b + "ln2", ctx)
-                pre = self.hook(
-                    b + "mlp.hook_pre", h @ self.p(b + "mlp.W_in") + self.p(b + "mlp.b_in"), ctx
-                )
-                if cfg.act_fn == "relu":
-                    post = torch.relu(pre)
-                elif cfg.act_fn == "gelu_erf":
-                    post = nn.functional.gelu(pre)
+                if cfg.parallel_attn_mlp:
+                    h, resid = resid, resid + attn_out
                 else:
-                    post = nn.functional.gelu(pre, approximate="tanh")
+                    resid = h = self.hook(b + "hook_resid_mid", resid + attn_out, ctx)
+                if cfg.pre_norm:
+                    h = self.norm(h, b + "ln2", ctx)
+                if cfg.gated_mlp:
+                    gate = self.hook(b + "mlp.hook_pre", h @ self.p(b + "mlp.W_gate"), ctx)
+                    lin = self.hook(b + "mlp.hook_pre_linear", h @ self.p(b + "mlp.W_in"), ctx)
+                    post = self.activation(gate) * lin + self.p(b + "mlp.b_in")
+                else:
+                    pre = h @ self.p(b + "mlp.W_in") + self.p(b + "mlp.b_in")
+                    post = self.activation(self.hook(b + "mlp.hook_pre", pre, ctx))
+                if cfg.act_fn == "solu_ln":  # SoLU, then a LayerNorm over the neurons
+                    mid = self.hook(b + "mlp.hook_mid", pre * pre.softmax(-1), ctx)
+                    centred = mid - mid.mean(-1, keepdim=True)
+                    scale = (centred.pow(2).mean(-1, keepdim=True) + cfg.eps).sqrt()
+                    scale = self.hook(b + "mlp.ln.hook_scale", scale, ctx)
+                    ln = centred / scale * self.p(b + "mlp.ln.w") + self.p(b + "mlp.ln.b")
+                    post = self.hook(b + "mlp.ln.hook_normalized", ln, ctx)
                 post = self.hook(b + "mlp.hook_post", post, ctx)
                 mlp_out = self.hook(
                     b + "hook_mlp_out",
@@ -144,9 +205,7 @@ if torch is not None:
                 )
                 resid = self.hook(b + "hook_resid_post", resid + mlp_out, ctx)
             if cfg.ln_final:
-                resid = self.layer_norm(
-                    resid, self.p("ln_final.w"), self.p("ln_final.b"), "ln_final", ctx
-                )
+                resid = self.norm(resid, "ln_final", ctx)
             logits = resid @ self.p("unembed.W_U")
             if cfg.unembed_bias:
                 logits = logits + self.p("unembed.b_U")
@@ -201,6 +260,7 @@ def to_transformer_lens(run_or_model, step: int | None = None):
             f"TransformerLens has no attention rate: this model mixes its attention with "
             f"uniform weights (attn_coeff {cfg.attn_coeff:g}); use to_torch instead"
         )
+    require_classic(cfg, "to_transformer_lens")
     try:
         from transformer_lens import TransformerBridgeConfig
         from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent

@@ -40,6 +40,10 @@ class Transformer:
         `hook_resid_mid`, `mlp.hook_pre`, `mlp.hook_post`, `hook_mlp_out` (none in
         attention-only blocks), the LayerNorms' `hook_scale` and `hook_normalized` (pre-LN
         models), and `blocks.L.hook_resid_post`; `ln_final`'s two last when the model has it.
+        The newer architectures add TransformerLens's `attn.hook_rot_q`, `attn.hook_rot_k`
+        (rotary positions, which have no `hook_pos_embed`), `mlp.hook_pre_linear` (gated
+        MLPs), `mlp.hook_mid` and `mlp.ln.*` (SoLU), and drop `hook_resid_mid` in parallel
+        blocks.
 
         Each means what it means in TransformerLens except `hook_normalized`: here the
         LayerNorm's output x_hat * w + b, there x_hat before the gain and bias."""

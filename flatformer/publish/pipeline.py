@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from ..config import require_classic
 from ..errors import FlatformerError
 from ..store.limits import processes
 
@@ -282,6 +283,7 @@ def draw_suite(
     if out_dir:
         claim_folder(out_dir, "--out", figure_files)
     run = load_run(run_path)
+    require_classic(run.cfg, "flatformer figures")
     ctx = FigureContext(run, step, sequence)
     check_figures_memory(run.cfg, jobs, ctx.resolution)
     registry = figures_for(run.task)
@@ -369,6 +371,7 @@ def write_movies(
     if out_dir:
         claim_folder(out_dir, "--out", movie_files)
     run = load_run(run_dir)
+    require_classic(run.cfg, "flatformer movies")
     names = mv.movie_names(movies, run.config.get("task"))
     chosen = mv.formats(formats)
     estimate = check_movie_memory(run, names, every, workers, memory)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import require_classic
 from ..errors import FlatformerError
 from ..engine.components import layer_norm, mlp
 from ..model.transformer import Transformer
@@ -48,6 +49,7 @@ def output_logits(model: Transformer, points: np.ndarray) -> np.ndarray:
     one-block model z is the `blocks.0.hook_resid_mid` of a position, and this equals the
     model's logits there."""
     cfg, t = model.cfg, model.tensors
+    require_classic(cfg, "the output landscape")
     b = f"blocks.{cfg.n_layers - 1}."
     z = np.asarray(points, dtype=np.float64)
     if cfg.attn_only:
