@@ -423,3 +423,18 @@ def test_float32_stays_float32_and_near_float64(arch):
     assert logits.dtype == grads.flat.dtype == np.float32
     assert all(v.dtype != np.float64 for v in cache.values() if isinstance(v, np.ndarray))
     assert np.abs(logits - forward(params, tokens)[0]).max() < 1e-5
+
+
+def test_switching_off_positions_a_rotary_model_lacks_is_refused_by_name():
+    from conftest import random_model
+
+    from flatformer.errors import FlatformerError
+    from flatformer.readout.knobs import positions_off
+
+    cfg = ModelConfig(
+        d_model=8, n_heads=2, d_head=4, d_mlp=16, n_ctx=6, d_vocab=5,
+        positional_embedding_type="rotary",
+    )  # fmt: skip
+    model = random_model(cfg)
+    with pytest.raises(FlatformerError, match="no position embedding to switch off .*rotary"):
+        model([1, 2, 3], hooks=positions_off())

@@ -94,6 +94,11 @@ class Transformer:
                 name: (lambda fn: lambda x, n: fn(x[0], n)[None])(fn) for name, fn in hooks.items()
             }
             unknown = sorted(set(hooks) - set(self.hook_names))
+            if unknown == ["hook_pos_embed"]:  # rotary positions live in q and k instead
+                raise FlatformerError(
+                    f"this model has no position embedding to switch off "
+                    f"(positional_embedding_type {self.cfg.positional_embedding_type})"
+                )
             if unknown:
                 raise FlatformerError(f"no activation named {unknown[0]!r}")
         logits, cache = forward(self.params, tokens[None], seeded)
