@@ -233,6 +233,7 @@ def dashboards(
         logits = logit_effect(model, hook_out, weights["W_dec"])
         entry = member_dashboards(cfg, weights, x, y, tokens, windows, logits, vocab_out, truth)
         entry.update({"name": name, "hook_in": hook_in, "hook_out": hook_out})
+        entry["ln_folded"] = logits is not None and "ln_final.w" in model.tensors
         entry["metrics"] = (metrics or {}).get(name, {})
         data.append(entry)
     order = sorted(windows, key=windows.get)

@@ -170,7 +170,8 @@ const Dashboards = (() => {
       return h("figure", {class: "fig logits"}, h("figcaption", {}, h("span", {class: "fig-title"}, "Logit effect"),
         h("code", {class: "hook"}, "W_dec · W_U")),
         h("div", {class: "logit-cols"}, column("top boosted", lat.logits.boosted, "boosted"), column("top suppressed", lat.logits.suppressed, "suppressed")),
-        h("div", {class: "fig-note wide"}, "The decoder direction through the direct path to the unembedding, per unit of activation (later blocks left out; a final LayerNorm folded in)."));
+        h("div", {class: "fig-note wide"}, "The decoder direction through the direct path to the unembedding, per unit of activation "
+          + `(later blocks left out${d.ln_folded ? "; the final LayerNorm folded in" : ""}).`));
     }
 
     function planeView(d, lat) {
