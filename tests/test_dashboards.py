@@ -130,9 +130,20 @@ def test_dashboards_show_python_activations_and_the_closest_true_feature():
     np.testing.assert_allclose(north["arrow"][1], end)
 
 
-def test_a_dictionary_without_its_hook_is_refused():
+def test_a_dictionary_without_its_hook_or_too_large_is_refused(monkeypatch):
     model = random_model(CONFIGS["paper-2d"])
     _, cfg, weights = member("relu", 2, 4)
+    with monkeypatch.context() as m:
+        m.setattr("flatformer.dictionary.dashboards.MAX_NUMBERS", 10)
+        with pytest.raises(FlatformerError, match="would carry"):
+            dashboards(
+                model,
+                [("d", cfg, weights)],
+                np.ones((4, 8), int),
+                [str(i) for i in range(12)],
+                [str(i) for i in range(12)],
+                "t",
+            )
     cfg["metadata"]["hook_name"] = "blocks.0.hook_nothing"
     with pytest.raises(FlatformerError, match="no activation named"):
         dashboards(model, [("d", cfg, weights)], np.zeros((1, 8), int), ["a"] * 12, [], "t")

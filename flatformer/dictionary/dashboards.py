@@ -40,6 +40,7 @@ TOP_CONTEXTS = 10  # contexts per latent, as Neuronpedia's top-activations list 
 BINS = 24
 TOP_LOGITS = 5
 PLANE_POINTS = 400  # held-out activations drawn behind the arrows
+MAX_NUMBERS = 4_000_000  # about 80 MB of JSON: what a browser opens in a few seconds
 # The page's encoders, by SAELens architecture: a BatchTopK dictionary is saved for inference
 # as a JumpReLU with one threshold (saelens.py), which is BatchTopK's inference rule.
 ENCODERS = {"standard": "relu", "transcoder": "relu", "topk": "topk", "jumprelu": "jumprelu"}
@@ -238,6 +239,15 @@ def dashboards(
         data.append(entry)
     order = sorted(windows, key=windows.get)
     T = tokens.shape[1]
+    d_ins = {e["hook_in"]: e["d_in"] for e in data}
+    numbers = sum(e["d_in"] * e["d_sae"] + len(e["latents"]) * TOP_CONTEXTS * T for e in data)
+    numbers += len(order) * T * sum(d_ins.values())
+    if numbers > MAX_NUMBERS:
+        raise FlatformerError(
+            f"the dashboards page would carry {numbers:,} numbers (weights and the activations "
+            f"of the contexts shown), more than {MAX_NUMBERS:,}: draw fewer or narrower "
+            f"dictionaries (one SAELens folder at a time with flatformer dictionary-page)"
+        )
     inputs = {}
     for entry in data:  # each input activation once, for the windows shown
         if entry["hook_in"] not in inputs:
