@@ -141,6 +141,13 @@ def test_sorting_orders_the_latents_as_python_measured_them(chromium, page_file,
             )
             want = sorted(d["latents"], key=lambda lat: (-lat[key], lat["index"]))
             assert shown == [lat["index"] for lat in want]
+        # the arrow keys move through the list in its order
+        page.click(f"#latents [data-latent='{shown[0]}']")
+        page.keyboard.press("ArrowDown")
+        page.keyboard.press("ArrowDown")
+        assert page.text_content("#latent h2") == f"Latent {shown[2]}"
+        page.keyboard.press("ArrowUp")
+        assert page.evaluate("dashboards.state.latent") == shown[1]
 
 
 def test_a_hostile_token_name_is_shown_as_text(chromium, page_file, data):

@@ -106,7 +106,14 @@ const Dashboards = (() => {
       h("footer", {}, "Every activation shown is recomputed in your browser from the dictionary's encoder and the "
         + "activations carried in this file; nothing is fetched from the network. The address bar holds the view."));
 
-    // ---- the latent list ----
+    // ---- the latent list: click a latent, or move through the list with the arrow keys ----
+    list.addEventListener("keydown", (e) => {
+      if (e.key !== "ArrowDown" && e.key !== "ArrowUp") return;
+      e.preventDefault();
+      const order = sorted(dicts[state.dict]).map((l) => l.index), at = order.indexOf(state.latent);
+      const next = order[Math.min(order.length - 1, Math.max(0, at + (e.key === "ArrowDown" ? 1 : -1)))];
+      set({latent: next});
+    });
     function sorted(d) {
       const key = state.sort;
       return [...d.latents].sort((a, b) => (key === "index" ? a.index - b.index : b[key] - a[key] || a.index - b.index));
@@ -118,7 +125,7 @@ const Dashboards = (() => {
         const chosen = lat.index === state.latent;
         list.appendChild(h("button", {class: "latent-row" + (chosen ? " chosen" : "") + (lat.density === 0 ? " dead" : ""),
           role: "option", "aria-selected": String(chosen), dataset: {latent: String(lat.index)},
-          onclick: () => set({latent: lat.index})},
+          tabindex: chosen ? 0 : -1, onclick: () => set({latent: lat.index})},
           h("span", {class: "latent-id"}, `#${lat.index}`),
           h("span", {class: "bar-track"}, h("span", {class: "bar", style: {width: `${100 * lat.density / top}%`, background: "var(--accent)"}})),
           h("span", {class: "latent-num", title: `fires on ${lat.density} of the held-out tokens`}, lat.density === 0 ? "dead" : fmt(lat.density, 2)),
@@ -222,8 +229,14 @@ const Dashboards = (() => {
         if (typeof m[key] === "number") parts.push(` · ${label} `, Number.isInteger(m[key]) ? String(m[key]) : num(key, m[key], 3));
       }
       clear(facts); facts.append(...parts);
+      const focused = list.contains(document.activeElement);   // kept on the list as it is redrawn
       drawList(d);
       drawDetail(d);
+      const chosen = list.querySelector(".latent-row.chosen");
+      if (chosen) {
+        chosen.scrollIntoView({block: "nearest"});
+        if (focused) chosen.focus();
+      }
     }
 
     Object.defineProperty(api, "state", {get: () => ({...state})});
