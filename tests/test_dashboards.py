@@ -118,6 +118,15 @@ def test_dashboards_show_python_activations_and_the_closest_true_feature():
             b = next(b for b in range(len(tokens)) if tokens[b].tolist() == window)
             np.testing.assert_array_equal(c["acts"], f[b * 8 : (b + 1) * 8, i])
             np.testing.assert_array_equal(inputs[c["window"]], x[b * 8 : (b + 1) * 8])
+        on = f[:, i] != 0
+        if on.any():  # the token and position it fires on most, with its share of the firings
+            counts = np.bincount(tokens.reshape(-1)[on], minlength=12)
+            assert latent["tokens"][0] == [
+                vocab[counts.argmax()],
+                round(counts.max() / on.sum(), 4),
+            ]
+            at = np.bincount(np.tile(np.arange(8), len(tokens))[on], minlength=8)
+            assert latent["positions"][0] == [int(at.argmax()), round(at.max() / on.sum(), 4)]
         acts = [c["acts"][c["pos"]] for c in latent["contexts"]]
         assert acts == sorted(acts, reverse=True)
         if latent["contexts"]:

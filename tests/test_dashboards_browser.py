@@ -119,6 +119,9 @@ def test_clicking_a_latent_shows_its_contexts_histogram_logits_and_direction(
             assert top.evaluate("e => e.style.background") != off.first.evaluate(
                 "e => e.style.background"
             )
+        chips = page.locator("#latent .fires-on .chip")
+        assert chips.count() == len(lat["tokens"]) + len(lat["positions"])
+        assert chips.first.get_attribute("title").startswith(lat["tokens"][0][0] + ":")
         bars = page.locator("#latent svg.histogram rect")
         assert bars.count() == BINS
         counts = [int(bars.nth(i).get_attribute("data-count")) for i in range(BINS)]

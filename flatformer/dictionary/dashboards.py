@@ -6,6 +6,8 @@ feature browser and Neuronpedia's feature pages (SAELens's `sae_dashboard`):
   activation, for the sortable list;
 - the top activating contexts: the held-out windows where the latent is largest, with the
   latent's activation at every token of the window (the firing token is the largest);
+- the tokens and positions it fires on most, each with its share of the latent's firings
+  (`fit.firing`, the table `flatformer dictionary` prints);
 - the activation histogram: the latent's nonzero activations over the held-out tokens in
   `BINS` equal bins from 0 to its maximum;
 - the logit effect: the decoder direction through the model's direct path to the unembedding,
@@ -33,12 +35,14 @@ import numpy as np
 
 from ..errors import FlatformerError
 from ..readout.plane import fit_plane
+from .fit import firing
 from .saelens import run_saelens
 
 FORMAT = "flatformer-dashboards-1"
 TOP_CONTEXTS = 10  # contexts per latent, as Neuronpedia's top-activations list opens
 BINS = 24
 TOP_LOGITS = 5
+TOP_TOKENS = 5  # the tokens and positions a latent fires on most, with their share
 PLANE_POINTS = 400  # held-out activations drawn behind the arrows
 MAX_NUMBERS = 4_000_000  # about 80 MB of JSON: what a browser opens in a few seconds
 # The page's encoders, by SAELens architecture: a BatchTopK dictionary is saved for inference
@@ -128,6 +132,7 @@ def member_dashboards(
     tokens: np.ndarray,
     windows: dict,
     logits: np.ndarray | None,
+    vocab: list[str],
     vocab_out: list[str],
     truth: dict | None = None,
 ) -> dict:
@@ -143,6 +148,7 @@ def member_dashboards(
     rng = np.random.default_rng(0)
     shown = rng.choice(len(y), min(PLANE_POINTS, len(y)), replace=False)
     names, directions = list((truth or {}).keys()), np.array(list((truth or {}).values()))
+    fires_on = firing(f, tokens, vocab, top=TOP_TOKENS)
     latents = []
     for i in range(f.shape[1]):
         fi = f[:, i]
@@ -158,6 +164,8 @@ def member_dashboards(
             "max": top,
             "mean": float(fi[fi != 0].mean()) if (fi != 0).any() else 0.0,
             "histogram": histogram(fi),
+            "tokens": fires_on[i]["tokens"],
+            "positions": fires_on[i]["positions"],
             "contexts": contexts,
             "arrow": plane.project(np.stack([b_dec, b_dec + max(top, 0.0) * W_dec[i]])).tolist(),
         }
@@ -232,7 +240,9 @@ def dashboards(
                 f"{weights['W_dec'].shape[1]} numbers; {hook_in} has {x.shape[1]}"
             )
         logits = logit_effect(model, hook_out, weights["W_dec"])
-        entry = member_dashboards(cfg, weights, x, y, tokens, windows, logits, vocab_out, truth)
+        entry = member_dashboards(
+            cfg, weights, x, y, tokens, windows, logits, vocab, vocab_out, truth
+        )
         entry.update({"name": name, "hook_in": hook_in, "hook_out": hook_out})
         entry["ln_folded"] = logits is not None and "ln_final.w" in model.tensors
         entry["metrics"] = (metrics or {}).get(name, {})

@@ -146,6 +146,17 @@ const Dashboards = (() => {
         }))));
     }
 
+    // The tokens and positions it fires on most, with each one's share of its firings.
+    function firesOn(lat) {
+      if (!lat.tokens.length) return null;
+      const share = (s) => `${fmt(100 * s, 2)}%`;
+      return h("div", {class: "fires-on"},
+        h("span", {class: "sub"}, "fires on tokens "),
+        lat.tokens.map(([name, s]) => h("span", {class: "chip small", title: `${name}: ${s} of its firings`}, outWord(name), " ", h("span", {class: "chip-pos"}, share(s)))),
+        h("span", {class: "sub"}, " at positions "),
+        lat.positions.map(([p, s]) => h("span", {class: "chip small", title: `position ${p}: ${s} of its firings`}, String(p), " ", h("span", {class: "chip-pos"}, share(s)))));
+    }
+
     function histogramView(lat) {
       const W = 320, H = 120, pad = 22, {edges, counts} = lat.histogram, top = Math.max(...counts, 1);
       const node = svg("svg", {width: W, height: H + pad, class: "histogram", role: "img",
@@ -213,6 +224,7 @@ const Dashboards = (() => {
         h("h2", {}, `Latent ${lat.index}`),
         h("p", {class: "lead"}, "fires on ", num("density", lat.density, 3), " of the held-out tokens; largest activation ",
           num("max", lat.max, 4), ` (${d.name}, reading `, h("code", {}, d.hook_in), ")"),
+        firesOn(lat),
         h("h3", {}, "Top activations"),
         contextsView(d, lat),
         h("div", {class: "row"}, histogramView(lat), logitsView(d, lat), planeView(d, lat)));
