@@ -72,6 +72,17 @@ def test_logit_effect_is_the_unembeddings_change_along_the_decoder_direction():
     # the oracle: the readout's own unembedding of residual points, moved along each direction
     moved = unembed(model, x + W_dec) - unembed(model, x)
     np.testing.assert_allclose(logit_effect(model, HOOK, W_dec), moved, atol=1e-12)
+    # the dashboards list the largest rises and falls, each of its own sign, from these numbers
+    _, cfg, weights = member("relu", 2, 5)
+    weights["W_dec"] = W_dec
+    vocab = [str(i) for i in range(12)]
+    tokens = np.random.default_rng(2).integers(0, 12, (10, 8))
+    data = dashboards(model, [("d", cfg, weights)], tokens, vocab, vocab, "t")
+    for i, latent in enumerate(data["dictionaries"][0]["latents"]):
+        up, down = latent["logits"]["boosted"], latent["logits"]["suppressed"]
+        assert up[0][0] == str(moved[i].argmax()) and up[0][1] == pytest.approx(moved[i].max())
+        assert down[0][0] == str(moved[i].argmin()) and down[0][1] == pytest.approx(moved[i].min())
+        assert all(v > 0 for _, v in up) and all(v < 0 for _, v in down)
 
 
 def test_logit_effect_carries_hook_z_through_W_O_and_folds_the_final_layernorm():

@@ -172,9 +172,13 @@ def member_dashboards(
         if logits is not None:
             order = np.argsort(-logits[i], kind="stable")
             k = min(TOP_LOGITS, len(order) // 2 or 1)
-            latent["logits"] = {
-                "boosted": [[vocab_out[j], float(logits[i, j])] for j in order[:k]],
-                "suppressed": [[vocab_out[j], float(logits[i, j])] for j in order[::-1][:k]],
+            latent["logits"] = {  # only tokens it raises, and only tokens it lowers
+                "boosted": [
+                    [vocab_out[j], float(logits[i, j])] for j in order[:k] if logits[i, j] > 0
+                ],
+                "suppressed": [
+                    [vocab_out[j], float(logits[i, j])] for j in order[::-1][:k] if logits[i, j] < 0
+                ],
             }
         if names:
             norm = np.linalg.norm(W_dec[i]) or 1.0

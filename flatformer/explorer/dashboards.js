@@ -12,6 +12,7 @@ const Dashboards = (() => {
   const {h, clear, fmt, css, sequential, inkOn, tokenCss} = Views;
   const SORTS = {density: "firing frequency", max: "max activation", index: "index"};
   const TOL = 1e-9;
+  let heads = 0;   // arrowhead markers, each with an id of its own
 
   function mount(app, DATA) {
     const kit = Panels.kit({cfg: {}, vocab: DATA.vocab});
@@ -169,7 +170,9 @@ const Dashboards = (() => {
         r.appendChild(t); node.appendChild(r);
       });
       const axis = (x, text, anchor) => { const t = svg("text", {x, y: H + 14, "text-anchor": anchor, "font-size": 11, fill: "#59636e"}); t.textContent = text; return t; };
-      node.append(svg("line", {x1: pad, x2: W - pad, y1: H, y2: H, stroke: "#8c959f"}),
+      const most = svg("text", {x: pad, y: 9, "font-size": 10, fill: "#59636e"});
+      most.textContent = `${top} tokens in the tallest bin`;
+      node.append(most, svg("line", {x1: pad, x2: W - pad, y1: H, y2: H, stroke: "#8c959f"}),
         axis(pad, fmt(edges[0], 3), "start"), axis(W - pad, fmt(edges[edges.length - 1], 3), "end"));
       return h("figure", {class: "fig"}, h("figcaption", {}, h("span", {class: "fig-title"}, "Activation histogram")), node,
         h("div", {class: "fig-note"}, `nonzero activations on ${fmt(lat.density * 100, 3)}% of the held-out tokens; mean ${fmt(lat.mean, 3)}`));
@@ -201,10 +204,16 @@ const Dashboards = (() => {
       const node = svg("svg", {width: S, height: S, class: "plane-svg", role: "img", "aria-label": "decoder direction in the plane"});
       node.appendChild(svg("rect", {x: 0, y: 0, width: S, height: S, fill: "#fff", stroke: "#d1d9e0"}));
       P.points.forEach((p, i) => node.appendChild(svg("circle", {cx: X(p[0]), cy: Y(p[1]), r: 2.2, fill: tokenCss(P.tokens[i], 0.45)})));
+      const defs = svg("defs");
+      node.appendChild(defs);
       const arrow = (a, colour, dash, cls) => {
-        const [p, q] = a, g = svg("g", {class: cls});
-        g.appendChild(svg("line", {x1: X(p[0]), y1: Y(p[1]), x2: X(q[0]), y2: Y(q[1]), stroke: colour, "stroke-width": 2.5, "stroke-dasharray": dash}));
-        g.appendChild(svg("circle", {cx: X(q[0]), cy: Y(q[1]), r: 4, fill: colour}));
+        const [p, q] = a, g = svg("g", {class: cls}), id = `head-${cls}-${++heads}`;
+        const marker = svg("marker", {id, viewBox: "0 0 10 10", refX: 8, refY: 5, markerWidth: 6, markerHeight: 6, orient: "auto-start-reverse"});
+        marker.appendChild(svg("path", {d: "M 0 0 L 10 5 L 0 10 z", fill: colour}));
+        defs.appendChild(marker);
+        g.appendChild(svg("circle", {cx: X(p[0]), cy: Y(p[1]), r: 3.5, fill: "#fff", stroke: colour, "stroke-width": 1.5}));
+        g.appendChild(svg("line", {x1: X(p[0]), y1: Y(p[1]), x2: X(q[0]), y2: Y(q[1]), stroke: colour, "stroke-width": 2.5,
+          "stroke-dasharray": dash, "marker-end": `url(#${id})`}));
         node.appendChild(g);
       };
       if (lat.truth) arrow(lat.truth.arrow, "#1a7f37", "5 3", "truth");
@@ -212,7 +221,7 @@ const Dashboards = (() => {
       const [lx, ly] = P.labels;
       return h("figure", {class: "fig"}, h("figcaption", {}, h("span", {class: "fig-title"}, "Decoder direction"),
         h("code", {class: "hook"}, d.hook_out), h("span", {class: "shape"}, `${lx}${ly ? " × " + ly : ""}`)), node,
-        h("div", {class: "fig-note"}, "red: b_dec to b_dec + max · W_dec (the latent alone at its largest); dots: held-out activations, coloured by token",
+        h("div", {class: "fig-note"}, "red: from b_dec (open circle) to b_dec + max · W_dec, the reconstruction when the latent alone fires at its largest; dots: held-out activations, coloured by token",
           lat.truth ? h("div", {class: "truth-note"}, "green, dashed: the closest true feature, ", h("b", {}, lat.truth.name), ` (|cos| ${fmt(lat.truth.cos, 3)})`) : null));
     }
 
