@@ -25,6 +25,7 @@ from flatformer.readout.labels import short
 
 READY = "() => document.documentElement.dataset.ready === 'true' || !!document.querySelector('.banner.fail')"
 EVIL = "<img src=x onerror=alert(1)>"
+CLOSE = "</script><b>x</b>"  # would end the data's script element if it went in raw
 HOOK, MID, MLP_OUT = "blocks.0.hook_resid_post", "blocks.0.hook_resid_mid", "blocks.0.hook_mlp_out"
 
 
@@ -50,7 +51,7 @@ def data():
         )
         name = "transcoder" if transcoder else kind
         members.append((name, cfg, weights))
-    vocab = [EVIL] + [str(i) for i in range(1, 12)]
+    vocab = [EVIL, CLOSE] + [str(i) for i in range(2, 12)]
     truth = {"north": np.array([0.0, 1.0]), EVIL: np.array([1.0, 0.0])}
     return dashboards(model, members, tokens, vocab, vocab, EVIL, truth, {"topk": {"l0": 1.0}})
 
@@ -161,7 +162,12 @@ def test_a_hostile_token_name_is_shown_as_text(chromium, page_file, data):
         assert evil.get_attribute("title").startswith(EVIL)
         assert evil.text_content() == short(EVIL) != EVIL
         assert page.locator("img").count() == 0
-        assert page.evaluate("document.querySelectorAll('[onerror]').length") == 0
+        assert (
+            page.evaluate("document.querySelectorAll('[onerror], b:not(.truth-note b)').length")
+            == 0
+        )
+        titles = page.eval_on_selector_all("#latent .ctx-tok", "ts => ts.map(t => t.title)")
+        assert any(t.startswith(CLOSE + " at position") for t in titles)
 
 
 def test_the_transcoders_logit_effect_and_a_changed_number_fails_the_self_check(
