@@ -59,6 +59,8 @@ def test_dictionary_page_refusals_are_one_line(small_run, tmp_path):
         json.dumps({"run": str(small_run), "members": [{"name": "../escape"}]})
     )
     assert_one_line_error(cli_here("dictionary-page", tmp_path), "lists no dictionaries")
+    (tmp_path / "metrics.json").write_text(json.dumps({"run": str(tmp_path / "gone")}))
+    assert_one_line_error(cli_here("dictionary-page", tmp_path), "not here: give --run")
 
 
 def test_transcoder_reads_the_mlp_input_after_layernorm(tmp_path):

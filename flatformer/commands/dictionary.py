@@ -166,5 +166,9 @@ def dictionary_page(
         if not isinstance(summary, dict) or not isinstance(summary.get("run"), str):
             raise FlatformerError(f"{folder / 'metrics.json'} names no run: give --run")
         run = Path(summary["run"])
+        if not run.is_dir():
+            raise FlatformerError(
+                f"{folder / 'metrics.json'} names the run {run}, which is not here: give --run"
+            )
     target = write_dashboards(load_run(run), folder, out_file or folder / "dashboards.html")
     out.print(Text(f"{target}: feature dashboards (works offline: open it in a browser)"))
