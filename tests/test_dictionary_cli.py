@@ -42,6 +42,12 @@ def test_command_writes_saelens_folders_and_metrics(small_run, tmp_path):
     # the feature dashboards, one offline page for both dictionaries (tests/test_dashboards*)
     page = (out / "dashboards.html").read_text()
     assert "flatformer-dashboards-1" in page and "dashboards.html" in r.stdout
+    island = page.split('<script id="flatformer-data" type="application/json">')[1]
+    data = json.loads(island.split("</script>")[0])
+    assert [(d["name"], d["kind"]) for d in data["dictionaries"]] == [
+        ("topk-w4-k1", "topk"),
+        ("topk-w8-k1", "topk"),
+    ]
     # rebuilt by dictionary-page, from the run metrics.json names, into a file of our choice
     r = cli_here("dictionary-page", out, "--out", tmp_path / "again.html")
     assert r.returncode == 0, r.stderr

@@ -289,7 +289,7 @@ def run_dashboards(run, folder, step: int | None = None, truth: dict | None = No
     from .saelens import load_saelens
 
     folder = Path(folder)
-    metrics = {}
+    metrics, kind = {}, None
     if (folder / "metrics.json").is_file():
         summary = read_json(folder / "metrics.json", "dictionary metrics.json", 64 << 20)
         listed = summary.get("members") if isinstance(summary, dict) else None
@@ -298,6 +298,7 @@ def run_dashboards(run, folder, step: int | None = None, truth: dict | None = No
         ):
             raise FlatformerError(f"{folder / 'metrics.json'} lists no dictionaries by name")
         metrics = {m["name"]: m.get("metrics") or {} for m in listed}
+        kind = summary.get("kind")
         if step is None and isinstance(summary.get("step"), int):
             step = summary["step"]
         members = [(m["name"], *load_saelens(folder / m["name"])) for m in listed]
@@ -307,6 +308,10 @@ def run_dashboards(run, folder, step: int | None = None, truth: dict | None = No
         raise FlatformerError(f"{folder} holds no dictionary")
     tokens = windows(run, n_train=1)["eval"]
     title = f"{run.path.name} · {folder.name}"
-    return dashboards(
+    data = dashboards(
         run.model(step), members, tokens, run.vocab, run.vocab_out, title, truth, metrics
     )
+    if kind in ("relu", "topk", "batchtopk", "jumprelu", "transcoder"):
+        for entry in data["dictionaries"]:  # a BatchTopK dictionary is saved as a JumpReLU
+            entry["kind"] = kind
+    return data

@@ -244,7 +244,7 @@ const Dashboards = (() => {
       if (state.latent === null || state.latent >= d.d_sae) state = {...state, latent: sorted(d)[0].index};
       picker.value = String(state.dict);
       sortBar.querySelectorAll("button").forEach((b) => b.classList.toggle("on", b.dataset.sort === state.sort));
-      const m = d.metrics || {}, parts = [`${d.encoder.kind} dictionary of ${d.d_sae} latents on `, h("code", {}, d.hook_in)];
+      const m = d.metrics || {}, parts = [`${d.kind || d.encoder.kind} dictionary of ${d.d_sae} latents on `, h("code", {}, d.hook_in)];
       if (d.hook_out !== d.hook_in) parts.push(" → ", h("code", {}, d.hook_out));
       for (const [key, label] of [["l0", "L0"], ["fvu", "FVU"], ["ce_loss_score", "CE loss recovered"], ["dead", "dead"]]) {
         if (typeof m[key] === "number") parts.push(` · ${label} `, Number.isInteger(m[key]) ? String(m[key]) : num(key, m[key], 3));
