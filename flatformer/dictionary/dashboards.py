@@ -11,12 +11,15 @@ feature browser and Neuronpedia's feature pages (SAELens's `sae_dashboard`):
 - the activation histogram: the latent's nonzero activations over the held-out tokens in
   `BINS` equal bins from 0 to its maximum;
 - the logit effect: the decoder direction through the model's direct path to the unembedding,
-  `W_dec[i] W_U` (sae_dashboard's `feature_resid_dir @ W_U`, Neuronpedia's "logit lens" of a
-  feature: the later blocks left out), with the decoder direction first carried into the
-  residual stream when the hook is not in it (a head's `hook_z` through `W_O`, `mlp.hook_post`
-  through `W_out`) and a final LayerNorm folded in as TransformerLens's `fold_ln` folds it
-  (the direction centred and scaled by the LayerNorm's weight; its 1/sigma varies by token and
-  is left out); hooks that do not write to the residual stream have none;
+  `W_dec[i] W_U`, the later blocks left out, as SAELens's dashboards compute the logits
+  Neuronpedia shows (SAEDashboard's `to_resid_direction` in `transformer_lens_wrapper.py`,
+  then `feature_resid_dir @ W_U`): the decoder direction is first carried into the residual
+  stream when the hook is not in it (a head's `hook_z` through `W_O`, `mlp.hook_post` through
+  `W_out`), and a final LayerNorm is folded in as TransformerLens's `fold_ln` folds it into the
+  `W_U` those dashboards read (the direction centred and scaled by the LayerNorm's weight; its
+  1/sigma varies by token and is left out). Where SAEDashboard also treats a LayerNorm's
+  output (`hook_normalized`) or `mlp.hook_pre` as writing to the residual stream, we give no
+  logit effect: neither is written to it linearly;
 - the decoder direction in the plane of the activation it writes (the plane itself when it has
   two dimensions, as the paper's model does; else the first two principal components of the
   held-out activations, `readout.fit_plane`): an arrow from b_dec to b_dec + max_i W_dec[i],
