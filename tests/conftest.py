@@ -38,6 +38,7 @@ SLOW = {
     "test_cli",
     "test_compare_command",
     "test_edges",
+    "test_dashboards_browser",
     "test_explorer_browser",
     "test_explorer_capture",
     "test_explorer_hostile",

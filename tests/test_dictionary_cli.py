@@ -39,6 +39,34 @@ def test_command_writes_saelens_folders_and_metrics(small_run, tmp_path):
             2,
         )
         assert cfg["metadata"]["hook_name"] == "blocks.0.hook_resid_post"
+    # the feature dashboards, one offline page for both dictionaries (tests/test_dashboards*)
+    page = (out / "dashboards.html").read_text()
+    assert "flatformer-dashboards-1" in page and "dashboards.html" in r.stdout
+    island = page.split('<script id="flatformer-data" type="application/json">')[1]
+    data = json.loads(island.split("</script>")[0])
+    assert [(d["name"], d["kind"]) for d in data["dictionaries"]] == [
+        ("topk-w4-k1", "topk"),
+        ("topk-w8-k1", "topk"),
+    ]
+    # rebuilt by dictionary-page, from the run metrics.json names, into a file of our choice
+    r = cli_here("dictionary-page", out, "--out", tmp_path / "again.html")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "again.html").read_text() == page
+    # one SAELens folder, read on a run given by --run
+    r = cli_here("dictionary-page", out / "topk-w4-k1", "--run", small_run)
+    assert r.returncode == 0, r.stderr
+    assert "topk-w4-k1" in (out / "topk-w4-k1" / "dashboards.html").read_text()
+
+
+def test_dictionary_page_refusals_are_one_line(small_run, tmp_path):
+    assert_one_line_error(cli_here("dictionary-page", tmp_path), "give --run")
+    assert_one_line_error(cli_here("dictionary-page", tmp_path, "--run", small_run), "SAELens")
+    (tmp_path / "metrics.json").write_text(
+        json.dumps({"run": str(small_run), "members": [{"name": "../escape"}]})
+    )
+    assert_one_line_error(cli_here("dictionary-page", tmp_path), "lists no dictionaries")
+    (tmp_path / "metrics.json").write_text(json.dumps({"run": str(tmp_path / "gone")}))
+    assert_one_line_error(cli_here("dictionary-page", tmp_path), "not here: give --run")
 
 
 def test_transcoder_reads_the_mlp_input_after_layernorm(tmp_path):

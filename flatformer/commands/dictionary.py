@@ -4,6 +4,7 @@ them, written in SAELens's format."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.table import Table
@@ -61,7 +62,12 @@ def render(result: dict, run: Path, folder: Path):
                 f"  {row['latent']:>3}  density {row['density']:.3f}  tokens {toks}  positions {pos}"
             )
         )
-    out.print(Text(f"wrote {len(result['members'])} SAELens folders and metrics.json in {folder}"))
+    out.print(
+        Text(
+            f"wrote {len(result['members'])} SAELens folders, metrics.json and dashboards.html "
+            f"(feature dashboards, offline: open it in a browser) in {folder}"
+        )
+    )
 
 
 @app.command()
@@ -117,7 +123,52 @@ def dictionary(
             progress=lambda i, n, msg: progress("dictionary", i, n, msg),
         )
     folder = write_result(result, out_dir, the_run)
+    write_dashboards(the_run, folder, folder / "dashboards.html")
     if as_json:
         print(strict_json(result["members"]))
         return
     render(result, run, folder)
+
+
+def write_dashboards(run, folder: Path, target: Path) -> Path:
+    """The dashboards page of the dictionaries in `folder` on `run`, written to `target`."""
+    from ..dictionary.dashboards import run_dashboards
+    from ..explorer.dashboards_page import dashboards_html
+    from ..store.write import write_file
+
+    return write_file(target, dashboards_html(run_dashboards(run, folder)).encode(), "--out")
+
+
+@app.command("dictionary-page")
+def dictionary_page(
+    folder: Path = typer.Argument(
+        ..., help="What flatformer dictionary wrote (--out), or one SAELens folder."
+    ),
+    run: Optional[Path] = typer.Option(
+        None, help="The run the dictionaries read [the one metrics.json names]."
+    ),
+    out_file: Optional[Path] = typer.Option(
+        None, "--out", help="HTML file [FOLDER/dashboards.html]."
+    ),
+):
+    """Write the feature dashboards of a dictionary: one offline HTML file with each latent's top
+    activating contexts, activation histogram, logit effect and decoder direction, which
+    recomputes every activation it shows from the weights to check itself."""
+    from ..store.read import read_json
+    from ..store.runs import load_run
+
+    if not folder.is_dir():
+        raise FlatformerError(f"{folder} is not a folder")
+    if run is None:
+        if not (folder / "metrics.json").is_file():
+            raise FlatformerError(f"{folder} has no metrics.json naming its run: give --run")
+        summary = read_json(folder / "metrics.json", "dictionary metrics.json", 64 << 20)
+        if not isinstance(summary, dict) or not isinstance(summary.get("run"), str):
+            raise FlatformerError(f"{folder / 'metrics.json'} names no run: give --run")
+        run = Path(summary["run"])
+        if not run.is_dir():
+            raise FlatformerError(
+                f"{folder / 'metrics.json'} names the run {run}, which is not here: give --run"
+            )
+    target = write_dashboards(load_run(run), folder, out_file or folder / "dashboards.html")
+    out.print(Text(f"{target}: feature dashboards (works offline: open it in a browser)"))
