@@ -153,6 +153,8 @@ const GraphPage = (() => {
         h("h3", {}, `Link ${nodeName(l.source)} → ${nodeName(l.target)}`),
         h("p", {class: "eq"}, "weight = activation × path = ", num("activation", r.activation), " × ", num("path", r.path),
           " = ", num("weight", r.weight), h("span", {class: "muted"}, "  (the file: ", num("file", l.weight), ")")),
+        byId.get(l.source) && kindOf(byId.get(l.source)) !== "feature"
+          ? h("p", {class: "eq small"}, "activation: 1 for a token, a position or an error node, whose write is its whole vector.") : null,
         h("p", {class: "eq small"}, "path: the source's unit write carried by the frozen residual stream and attention "
           + "(patterns and LayerNorm scales at their values on this prompt) to the target, read by its encoder "
           + "(a logit: its unembedding column minus the mean)."),
