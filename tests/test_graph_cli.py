@@ -30,7 +30,7 @@ TYPES = {"embedding", "cross layer transcoder", "mlp reconstruction error", "log
 
 
 def check_schema(doc):
-    assert set(doc) == {"metadata", "qParams", "nodes", "links", "qk", "frozen"}
+    assert set(doc) == {"metadata", "qParams", "nodes", "links", "qk", "frozen", "examples"}
     assert set(doc["frozen"]["nodes"]) == {n["node_id"] for n in doc["nodes"]}
     assert set(doc["metadata"]) == METADATA_FIELDS
     assert set(doc["qParams"]) == QPARAMS_FIELDS

@@ -17,6 +17,7 @@ from flatformer.explorer.graph_page import graph_page_html
 from flatformer.graph import attribute
 from flatformer.graph.files import graph_document, qk_hooks
 from flatformer.graph.prune import prune
+from flatformer.store.runs import load_run
 from test_graph import random_transcoders
 
 READY = "() => document.documentElement.dataset.ready === 'true' || !!document.querySelector('.banner.fail')"
@@ -30,6 +31,30 @@ def paper_graph(paper_run, tmp_path_factory):
     result = cli_here("graph", paper_run, "--prompt", "5 6 5 3 8 9 2 +", "--out", out)
     assert result.returncode == 0, result.stderr
     return json.loads((out / "graph.json").read_text()), out / "graph.html"
+
+
+def test_the_examples_are_each_features_largest_activations(paper_run, paper_graph):
+    """`examples` against a plain loop over every held-out window and position."""
+    from flatformer.dictionary.activations import windows
+    from flatformer.graph import load_transcoders
+    from flatformer.graph.examples import TOP, WINDOWS
+
+    doc, page_path = paper_graph
+    run = load_run(paper_run)
+    model = run.model()
+    (tc,) = load_transcoders(page_path.parent / "transcoders", model)
+    held = windows(run, 1)["eval"]
+    assert len(held) <= WINDOWS  # every window is read, so the loop is the whole truth
+    _, cache = model.run_with_cache(held)
+    f = tc.encode(cache[tc.hook_in])  # (B, T, m)
+    assert doc["examples"]
+    for key, rows in doc["examples"].items():
+        layer, index = map(int, key.split("_"))
+        column = f[..., index].ravel()
+        best = np.sort(column[column > 0])[::-1][:TOP]
+        np.testing.assert_allclose([r["activation"] for r in rows], best, rtol=0, atol=1e-12)
+        b, t = np.unravel_index(np.argmax(f[..., index]), f.shape[:2])
+        assert rows[0]["tokens"][-1] == run.vocab[held[b, t]]
 
 
 @contextlib.contextmanager
@@ -61,6 +86,10 @@ def test_the_page_opens_offline_and_recomputes_every_link(chromium, paper_graph)
         assert f"feature {feature['feature']} of block {feature['layer']}" in dash.inner_text()
         value = float(dash.locator('[data-key="activation"]').get_attribute("data-value"))
         assert value == feature["activation"]
+        examples = doc["examples"][f"{feature['layer']}_{feature['feature']}"]
+        assert dash.locator("table.examples tr").count() == len(examples) > 0
+        shown = dash.locator('table.examples [data-key="example.0"]').get_attribute("data-value")
+        assert float(shown) == examples[0]["activation"]
         inputs = [link for link in doc["links"] if link["target"] == feature["node_id"]]
         assert dash.locator("table.inputs tr").count() == min(6, len(inputs))
 

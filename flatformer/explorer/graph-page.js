@@ -131,6 +131,12 @@ const GraphPage = (() => {
           h("tr", {}, h("td", {}, "activation"), h("td", {}, f && f.write ? num("activation", f.activation) : "—")),
           h("tr", {}, h("td", {}, "influence"), h("td", {}, num("influence", n.influence))),
           kindOf(n) === "logit" ? h("tr", {}, h("td", {}, "probability"), h("td", {}, num("prob", n.token_prob))) : null)),
+        kindOf(n) === "feature" && doc.examples && doc.examples[`${n.layer}_${n.feature}`] ? [
+          h("div", {class: "step-title"}, "top activations on held-out text"),
+          h("table", {class: "examples"}, h("tbody", {}, doc.examples[`${n.layer}_${n.feature}`].map((e, j) => h("tr", {},
+            h("td", {}, e.tokens.slice(0, -1).map((t) => Views.cut(String(t), FlatConstants.MAX_LABEL)).join(" "), " ",
+              h("b", {}, Views.cut(String(e.tokens[e.tokens.length - 1]), FlatConstants.MAX_LABEL))),
+            h("td", {}, num(`example.${j}`, e.activation))))))] : null,
         edgeTable("top inputs", top(doc.links.filter((l) => l.target === n.node_id)), "inputs"),
         edgeTable("top outputs", top(doc.links.filter((l) => l.source === n.node_id)), "outputs")]);
     }

@@ -17,8 +17,8 @@ not have: a position node is `P_{pos}_{pos}`, feature_type "embedding", layer "E
 "position {pos}". Nodes kept are those pruning keeps that a kept link touches, and every token,
 position and logit node, as circuit-tracer keeps them; `influence` is the node's cumulative
 influence. `qParams.supernodes` holds the groups supernodes.py finds. flatformer's own additions sit in keys the viewer does not read: `qk` (the QK
-attributions of attention, see qk.py) and `frozen` (every link's factors, see paths.py) at
-the top level.
+attributions of attention, see qk.py) `frozen` (every link's factors, see paths.py) and
+`examples` (each kept feature's top activations, see examples.py) at the top level.
 """
 
 from __future__ import annotations

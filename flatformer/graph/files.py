@@ -13,6 +13,7 @@ from ..store.limits import strict_json
 from ..store.write import atomic_write, make_folder
 from .attribution import attribute
 from .export import graph_json, node_records
+from .examples import top_examples
 from .paths import frozen_factors
 from .prune import prune
 from .qk import qk_table
@@ -57,7 +58,8 @@ def graph_files(
     scan: str = "",
     progress=None,
 ) -> list[dict]:
-    """One graph file's contents per prompt, slugs `slug` (one prompt) or `slug-i`."""
+    """One graph file's contents per prompt, slugs `slug` (one prompt) or `slug-i`, with the
+    kept features' top activations on the run's held-out windows (`examples`)."""
     model = run.model(step)
     docs = []
     for i, (text, tokens) in enumerate(prompts):
@@ -69,6 +71,12 @@ def graph_files(
         doc = graph_document(
             graph, pruned, run.vocab, transcoders, name, text, scan or run.path.name, node_threshold
         )
+        features = {
+            (n["layer"], n["feature"])
+            for n in doc["nodes"]
+            if n["feature"] >= 0 and n["feature_type"] == "cross layer transcoder"
+        }
+        doc["examples"] = top_examples(run, model, transcoders, features)
         docs.append(doc)
         if progress:
             progress(i + 1, len(prompts), name)
