@@ -134,6 +134,8 @@ def test_a_subgraph_saved_then_loaded_restores_the_pins(chromium, paper_graph, t
         for node_id in chosen:
             page.click(f'#graph .node[data-node="{node_id}"]')
         assert page.locator("#graph .node.pinned").count() == 3
+        page.fill("#group-label", EVIL)
+        page.click("#group")
         page.click("#subgraph-save")
         with page.expect_download() as info:
             page.click("#subgraph-download")
@@ -142,10 +144,14 @@ def test_a_subgraph_saved_then_loaded_restores_the_pins(chromium, paper_graph, t
         assert saved.name == "graph-subgraph.json"
         sub = json.loads(saved.read_text())
         assert sub["pinnedIds"] == [i for i in ids if i in chosen]
-        assert sub["supernodes"] == doc["qParams"]["supernodes"]
+        grouped = [EVIL, *[i for i in ids if i in chosen]]
+        assert sub["supernodes"] == [*doc["qParams"]["supernodes"], grouped]
         assert sub["slug"] == "graph"
 
         page.click("#unpin")
+        n_groups = len(sub["supernodes"])
+        page.click(f'#supernodes li[data-group="{n_groups - 1}"] button')
+        assert page.locator("#supernodes li").count() == n_groups - 1
         assert page.locator("#graph .node.pinned").count() == 0
         page.set_input_files("#subgraph-file", str(saved))
         page.wait_for_function(
@@ -156,6 +162,9 @@ def test_a_subgraph_saved_then_loaded_restores_the_pins(chromium, paper_graph, t
         )
         assert sorted(pinned) == sorted(chosen)
         assert "loaded 3 pinned nodes" in page.inner_text("#subgraph-msg")
+        assert page.evaluate("graphView.subgraph().supernodes") == sub["supernodes"]
+        assert page.locator("#supernodes li").count() == n_groups
+        assert EVIL in page.inner_text("#supernodes") and page.locator("img").count() == 0
 
         # a file that is not a subgraph is refused in one line; the pins stay
         bad = tmp_path / "bad.json"

@@ -238,18 +238,29 @@ const GraphPage = (() => {
       onchange: (e) => { const f = e.target.files[0]; if (f) f.text().then(load); }});
     const superList = h("ul", {id: "supernodes"});
     function drawSupernodes() {
-      append(clear(superList), [state.supernodes.length ? state.supernodes.map((g) =>
-        h("li", {}, h("b", {}, g[0]), ` (${g.length - 1}): `, g.slice(1).map(nodeName).join("; ")))
+      append(clear(superList), [state.supernodes.length ? state.supernodes.map((g, i) =>
+        h("li", {dataset: {group: String(i)}}, h("b", {}, g[0]), ` (${g.length - 1}): `, g.slice(1).map(nodeName).join("; "), " ",
+          h("button", {class: "chip-x", title: "ungroup", "aria-label": `ungroup ${g[0]}`,
+            onclick: () => { state.supernodes.splice(i, 1); drawSupernodes(); }}, "×")))
         : h("li", {class: "muted"}, "none")]);
+    }
+    const groupLabel = h("input", {type: "text", id: "group-label", placeholder: "supernode label", maxLength: 80});
+    function group() {
+      const members = doc.nodes.map((n) => n.node_id).filter((id) => state.pinned.has(id));
+      if (members.length < 2) return say("pin two or more nodes to group them", true);
+      state.supernodes = [...state.supernodes, [groupLabel.value.trim() || `group ${state.supernodes.length + 1}`, ...members]];
+      drawSupernodes();
+      say(`grouped ${members.length} nodes`, false);
     }
     const subPanel = h("section", {id: "subgraph", class: "panel"}, h("h2", {}, "Subgraph"),
       h("p", {class: "lead"}, "The pinned nodes and the supernodes, saved as a file in the shape of Neuronpedia's subgraphs "
-        + "(pinnedIds, supernodes) and loaded back."),
+        + "(pinnedIds, supernodes) and loaded back. Pin nodes and group them to make a supernode of your own."),
       h("div", {class: "sub"}, "pinned"), pinList,
       h("div", {class: "controls"},
         h("button", {id: "subgraph-save", onclick: save}, "Save subgraph"), download,
         h("label", {}, "Load a subgraph ", fileInput),
         h("button", {id: "unpin", onclick: () => { state.pinned.clear(); drawPins(); }}, "Unpin all")),
+      h("div", {class: "controls"}, groupLabel, h("button", {id: "group", onclick: group}, "Group the pinned nodes as a supernode")),
       message, h("div", {class: "sub"}, "supernodes"), superList);
 
     app.append(header,
