@@ -58,8 +58,8 @@ def test_the_examples_are_each_features_largest_activations(paper_run, paper_gra
 
 
 @contextlib.contextmanager
-def visit(chromium, path):
-    watched = open_page(chromium, path.as_uri(), READY)
+def visit(chromium, path, fragment=""):
+    watched = open_page(chromium, path.as_uri() + fragment, READY)
     try:
         yield watched.page
         assert watched.errors == []
@@ -166,6 +166,11 @@ def test_a_subgraph_saved_then_loaded_restores_the_pins(chromium, paper_graph, t
         assert page.locator("#supernodes li").count() == n_groups
         assert EVIL in page.inner_text("#supernodes") and page.locator("img").count() == 0
 
+        # the pins and the open link live in the URL's hash: the link opens the same view
+        page.locator('#graph .link-hit[data-link="1"]').dispatch_event("click")
+        fragment = page.evaluate("location.hash")
+        assert fragment.startswith("#pinned=") and fragment.endswith("&link=1")
+
         # a file that is not a subgraph is refused in one line; the pins stay
         bad = tmp_path / "bad.json"
         bad.write_text('{"pinnedIds": [1, 2]}')
@@ -174,6 +179,12 @@ def test_a_subgraph_saved_then_loaded_restores_the_pins(chromium, paper_graph, t
             "() => document.querySelector('#subgraph-msg').classList.contains('bad')"
         )
         assert page.locator("#graph .node.pinned").count() == 3
+    with visit(chromium, page_path, fragment.replace("&link", ",not_a_node&link")) as page:
+        pinned = page.eval_on_selector_all(
+            "#graph .node.pinned", "els => els.map((e) => e.dataset.node)"
+        )
+        assert sorted(pinned) == sorted(chosen)
+        assert page.locator("#arith").get_attribute("data-link") == "1"
 
 
 def test_a_two_layer_graph_with_hostile_names_checks_and_shows_them_as_text(chromium, tmp_path):

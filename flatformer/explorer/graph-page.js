@@ -40,7 +40,7 @@ const GraphPage = (() => {
       if (k === "logit") return n.clerp;
       return n.node_id.startsWith("P_") ? `position ${p}` : `token “${word(p)}” at ${p}`;
     }
-    const state = {pinned: new Set(doc.qParams.pinnedIds || []), supernodes: doc.qParams.supernodes || []};
+    const state = {pinned: new Set(doc.qParams.pinnedIds || []), supernodes: doc.qParams.supernodes || [], link: null};
 
     // ---- header and self-check ----
     const banner = h("div", {id: "selfcheck", class: "banner pending", role: "status"}, "Self-check running…");
@@ -149,6 +149,8 @@ const GraphPage = (() => {
     function showLink(i) {
       const l = doc.links[i], r = FlatGraph.link(F, l.source, l.target), parts = FlatGraph.linkPaths(F, l.source, l.target);
       arith.dataset.link = String(i);
+      state.link = i;
+      toHash();
       arith.className = "arith";
       const shown = parts.filter((p) => p.value !== 0).slice(0, 8);
       const rest = parts.reduce((a, p) => a + p.value, 0) - shown.reduce((a, p) => a + p.value, 0);
@@ -195,12 +197,27 @@ const GraphPage = (() => {
     const download = h("a", {id: "subgraph-download", class: "download", style: {display: "none"}});
     function drawPins() {
       for (const [id, g] of marks) g.classList.toggle("pinned", state.pinned.has(id));
+      toHash();
       append(clear(pinList), [state.pinned.size ? [...state.pinned].map((id) =>
         h("span", {class: "chip small", dataset: {pin: id}}, nodeName(id))) : h("span", {class: "muted"}, "no node pinned")]);
     }
     function togglePin(id) {
       if (state.pinned.has(id)) state.pinned.delete(id); else state.pinned.add(id);
       drawPins();
+    }
+    // The view in the URL's hash, so that a link opens it again: #pinned=ID,ID&link=N.
+    function toHash() {
+      const parts = [];
+      if (state.pinned.size) parts.push(`pinned=${[...state.pinned].map(encodeURIComponent).join(",")}`);
+      if (state.link !== null) parts.push(`link=${state.link}`);
+      const hash = parts.length ? `#${parts.join("&")}` : "";
+      if (location.hash !== hash) history.replaceState(null, "", hash || location.pathname + location.search);
+    }
+    function fromHash() {
+      const params = new URLSearchParams(location.hash.slice(1));
+      const pinned = (params.get("pinned") || "").split(",").filter((id) => byId.has(id));
+      const link = Number(params.get("link"));
+      return {pinned, link: params.has("link") && Number.isInteger(link) && link >= 0 && link < doc.links.length ? link : null};
     }
     // Neuronpedia's subgraph: the fields its subgraph-save request carries.
     function subgraph() {
@@ -271,8 +288,11 @@ const GraphPage = (() => {
       h("div", {class: "side-by-side"}, h("section", {class: "panel"}, h("h2", {}, "Dashboard"), dash),
         h("section", {class: "panel"}, h("h2", {}, "Arithmetic"), arith)),
       subPanel);
+    const linked = fromHash();
+    if (linked.pinned.length) state.pinned = new Set(linked.pinned);
     drawPins();
     drawSupernodes();
+    if (linked.link !== null) showLink(linked.link);
 
     // ---- self-check: every link recomputed from the factors against the file's weight ----
     const result = FlatGraph.check(doc);
