@@ -56,4 +56,4 @@ def test_the_javascript_recompute_equals_python_under_node(tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"# pass {len(cases) + 1}" in result.stdout, result.stdout
+    assert f"# pass {len(cases) + 2}" in result.stdout, result.stdout

@@ -8,6 +8,7 @@
 "use strict";
 
 const FlatGraph = (() => {
+  const MAX_PATHS = 20000;
   const dot = (a, b) => { let s = 0; for (let i = 0; i < a.length; i++) s += a[i] * b[i]; return s; };
 
   // A LayerNorm's frozen linear part at position `pos`: (x - mean x) / scale * w (none: x).
@@ -43,8 +44,9 @@ const FlatGraph = (() => {
   const targetLn = (F, node) => node.kind === "logit" ? F.ln_final : F.blocks[node.layer].ln2;
 
   // Every path of `vec` written at `pos` through blocks from..to, each {hops, pos, vec}: hops
-  // the heads it passed ({layer, head, query, key, pattern}); the direct path has none.
-  function paths(F, vec, pos, from, to) {
+  // the heads it passed ({layer, head, query, key, pattern}); the direct path has none. Null
+  // when there are more than `limit` (they multiply by 1 + heads x positions per block).
+  function paths(F, vec, pos, from, to, limit = MAX_PATHS) {
     let states = [{hops: [], pos, vec}];
     for (let l = from; l <= to; l++) {
       const block = F.blocks[l], next = [];
@@ -63,6 +65,7 @@ const FlatGraph = (() => {
           }
         }
       }
+      if (next.length > limit) return null;
       states = next;
     }
     return states;
@@ -115,10 +118,12 @@ const FlatGraph = (() => {
   }
 
   // The link's path weight split by the heads each path passes through (their sum is link's
-  // path): [{hops, value}], largest |value| first.
-  function linkPaths(F, source, target) {
+  // path): [{hops, value}], largest |value| first; null when there are too many to list.
+  function linkPaths(F, source, target, limit = MAX_PATHS) {
     const s = F.nodes[source], t = F.nodes[target];
-    const found = paths(F, s.write, s.pos, firstBlock(s), lastBlock(t))
+    const all = paths(F, s.write, s.pos, firstBlock(s), lastBlock(t), limit);
+    if (all === null) return null;
+    const found = all
       .filter((p) => p.pos === t.pos)
       .map((p) => ({hops: p.hops, value: reads(F, t, p.vec)}));
     return found.sort((a, b) => Math.abs(b.value) - Math.abs(a.value));

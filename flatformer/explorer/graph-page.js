@@ -152,8 +152,9 @@ const GraphPage = (() => {
       state.link = i;
       toHash();
       arith.className = "arith";
-      const shown = parts.filter((p) => p.value !== 0).slice(0, 8);
-      const rest = parts.reduce((a, p) => a + p.value, 0) - shown.reduce((a, p) => a + p.value, 0);
+      const listed = parts || [];
+      const shown = listed.filter((p) => p.value !== 0).slice(0, 8);
+      const rest = r.path - shown.reduce((a, p) => a + p.value, 0);
       const hops = new Map();
       for (const p of shown) for (const x of p.hops) hops.set(`${x.layer}.${x.head}.${x.query}.${x.key}`, x);
       const qkRows = [...hops.keys()].filter((k) => qkOf.has(k)).map((k) => qkOf.get(k));
@@ -168,13 +169,14 @@ const GraphPage = (() => {
           + "(a logit: its unembedding column minus the mean)."),
         h("div", {class: "arith-grid"},
           h("div", {},
-            h("div", {class: "step-title"}, `the path, by the heads it passes (${parts.length})`),
+            h("div", {class: "step-title"}, parts ? `the path, by the heads it passes (${parts.length})`
+              : "the path (too many ways through the heads to list: the total is exact)"),
             h("table", {class: "paths"},
               h("thead", {}, h("tr", {}, h("th", {}, "path"), h("th", {}, "path weight"), h("th", {}, "× activation"))),
               h("tbody", {}, shown.map((p, j) => h("tr", {}, h("td", {}, hopText(p)), h("td", {}, num(`part.${j}`, p.value)),
                 h("td", {}, num(`part.${j}.weight`, p.value * r.activation))))),
               h("tfoot", {},
-                shown.length < parts.length ? h("tr", {class: "rest"}, h("td", {}, "the other paths"), h("td", {}, num("rest", rest)), h("td", {})) : null,
+                shown.length < listed.length || !parts ? h("tr", {class: "rest"}, h("td", {}, "the other paths"), h("td", {}, num("rest", rest)), h("td", {})) : null,
                 h("tr", {}, h("td", {}, "sum = path"), h("td", {}, num("sum", r.path)), h("td", {}, num("sum.weight", r.weight)))))),
           qkRows.length ? h("div", {class: "qk"}, qkRows.map(qkTable)) : null));
     }

@@ -36,3 +36,12 @@ test("a changed factor is caught: the check is not vacuous", () => {
   withWrite.write[0] += 1;
   assert.ok(FlatGraph.check(doc).worst > 1e-6);
 });
+
+test("a link with more paths than the limit lists none, and its total is still exact", () => {
+  const {doc} = Object.values(CASES).find(({doc: d}) => d.frozen.blocks.length > 1);
+  const F = doc.frozen;
+  const far = doc.links.find((l) => F.nodes[l.source].layer === -1 && F.nodes[l.target].kind === "logit");
+  assert.strictEqual(FlatGraph.linkPaths(F, far.source, far.target, 1), null);
+  assert.ok(FlatGraph.linkPaths(F, far.source, far.target).length > 1);
+  assert.ok(Math.abs(FlatGraph.link(F, far.source, far.target).weight - far.weight) < TOL);
+});
