@@ -147,6 +147,18 @@ def test_a_subgraph_saved_then_loaded_restores_the_pins(chromium, paper_graph, t
         grouped = [EVIL, *[i for i in ids if i in chosen]]
         assert sub["supernodes"] == [*doc["qParams"]["supernodes"], grouped]
         assert sub["slug"] == "graph"
+        # the fields of Neuronpedia's subgraph-save request
+        assert set(sub) == {
+            "modelId",
+            "slug",
+            "displayName",
+            "pinnedIds",
+            "supernodes",
+            "clerps",
+            "pruningThreshold",
+            "densityThreshold",
+            "overwriteId",
+        }
 
         page.click("#unpin")
         n_groups = len(sub["supernodes"])

@@ -221,11 +221,12 @@ const GraphPage = (() => {
       const link = Number(params.get("link"));
       return {pinned, link: params.has("link") && Number.isInteger(link) && link >= 0 && link < doc.links.length ? link : null};
     }
-    // Neuronpedia's subgraph: the fields its subgraph-save request carries.
+    // Neuronpedia's subgraph: the fields of its subgraph-save request (/api/graph/subgraph/save);
+    // this page has no density threshold, so it says none.
     function subgraph() {
       const order = doc.nodes.map((n) => n.node_id).filter((id) => state.pinned.has(id));
       return {modelId: meta.scan, slug: meta.slug, displayName: `${meta.slug} subgraph`, pinnedIds: order,
-        supernodes: state.supernodes, clerps: [], pruningThreshold: meta.node_threshold, densityThreshold: null};
+        supernodes: state.supernodes, clerps: [], pruningThreshold: meta.node_threshold, densityThreshold: null, overwriteId: ""};
     }
     let url = null;
     function save() {
