@@ -93,6 +93,15 @@ def test_the_page_opens_offline_and_recomputes_every_link(chromium, paper_graph)
         inputs = [link for link in doc["links"] if link["target"] == feature["node_id"]]
         assert dash.locator("table.inputs tr").count() == min(6, len(inputs))
 
+        # the keyboard: a focused node shows its dashboard, Enter pins it and unpins it
+        logit = next(n for n in doc["nodes"] if n["feature_type"] == "logit")
+        page.focus(f'#graph .node[data-node="{logit["node_id"]}"]')
+        assert dash.get_attribute("data-node") == logit["node_id"]
+        page.keyboard.press("Enter")
+        assert page.evaluate("[...graphView.state.pinned]") == [logit["node_id"]]
+        page.keyboard.press("Enter")
+        assert page.evaluate("[...graphView.state.pinned]") == []
+
         # click the link through the head with the largest weight: its arithmetic
         def through_head(link):
             src, tgt = (

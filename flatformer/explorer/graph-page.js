@@ -103,7 +103,8 @@ const GraphPage = (() => {
         : k === "logit" ? svg("polygon", {points: `${x},${y - 8} ${x + 8},${y} ${x},${y + 8} ${x - 8},${y}`})
         : svg("rect", {x: x - 6, y: y - 6, width: 12, height: 12, rx: k === "error" ? 0 : 3});
       const g = svg("g", {class: `node ${k}`, "data-node": n.node_id, tabindex: 0,
-        onmouseenter: () => showNode(n), onclick: () => togglePin(n.node_id)}, shape);
+        onmouseenter: () => showNode(n), onfocus: () => showNode(n), onclick: () => togglePin(n.node_id),
+        onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); togglePin(n.node_id); } }}, shape);
       marks.set(n.node_id, g);
       nodeLayer.appendChild(g);
     }
