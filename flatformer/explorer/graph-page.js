@@ -66,14 +66,20 @@ const GraphPage = (() => {
       if (!cells.has(key)) cells.set(key, []);
       cells.get(key).push(n);
     }
-    const widest = Math.max(1, ...[...cells.values()].map((c) => c.length));
-    const colW = Math.max(84, widest * 18 + 12), rowH = 78, left = 70, top = 22;
-    const width = left + T * colW + 10, height = top + (L + 2) * rowH + 34;
+    // Each column as wide as its busiest cell (the logits crowd the last position).
+    const colW = Array.from({length: T}, () => 72);
+    for (const [key, members] of cells) {
+      const p = Number(key.split(":")[1]);
+      colW[p] = Math.max(colW[p], members.length * 18 + 12);
+    }
+    const colX = colW.map((_, p) => colW.slice(0, p).reduce((a, w) => a + w, 70));
+    const rowH = 78, top = 22;
+    const width = colX[T - 1] + colW[T - 1] + 10, height = top + (L + 2) * rowH + 34;
     const place = new Map();
     for (const [key, members] of cells) {
       const [r, p] = key.split(":").map(Number);
       members.forEach((n, i) => place.set(n.node_id, {
-        x: left + p * colW + colW / 2 + (i - (members.length - 1) / 2) * 18,
+        x: colX[p] + colW[p] / 2 + (i - (members.length - 1) / 2) * 18,
         y: top + (L + 1 - r) * rowH + rowH / 2}));
     }
     const maxW = Math.max(1e-12, ...doc.links.map((l) => Math.abs(l.weight)));
@@ -82,7 +88,7 @@ const GraphPage = (() => {
     const rowNames = ["embeddings", ...Array.from({length: L}, (_, l) => `block ${l}`), "logits"];
     rowNames.forEach((name, r) => plot.appendChild(svg("text", {class: "row-name", x: 4,
       y: top + (L + 1 - r) * rowH + rowH / 2 + 4}, name)));
-    tokens.forEach((t, p) => plot.appendChild(svg("text", {class: "col-name", x: left + p * colW + colW / 2,
+    tokens.forEach((t, p) => plot.appendChild(svg("text", {class: "col-name", x: colX[p] + colW[p] / 2,
       y: height - 10, "text-anchor": "middle"}, `${p} ${Views.cut(String(t), FlatConstants.MAX_LABEL)}`)));
     const linkLayer = svg("g", {class: "links"}), nodeLayer = svg("g", {class: "nodes"});
     plot.append(linkLayer, nodeLayer);
@@ -104,7 +110,8 @@ const GraphPage = (() => {
         : svg("rect", {x: x - 6, y: y - 6, width: 12, height: 12, rx: k === "error" ? 0 : 3});
       const g = svg("g", {class: `node ${k}`, "data-node": n.node_id, tabindex: 0,
         onmouseenter: () => showNode(n), onfocus: () => showNode(n), onclick: () => togglePin(n.node_id),
-        onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); togglePin(n.node_id); } }}, shape);
+        onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); togglePin(n.node_id); } }},
+        shape, svg("title", {}, label(n)));
       marks.set(n.node_id, g);
       nodeLayer.appendChild(g);
     }

@@ -21,6 +21,8 @@ def top_examples(
     {"tokens": the token and up to `context` before it, as text; "activation"}; only those
     above 0."""
     held = windows(run, 1)["eval"]
+    if not len(held) or not features:
+        return {}
     held = held[evenly_spaced(len(held), min(n, len(held)))]
     T = held.shape[1]
     wanted: dict[int, set[int]] = {}
