@@ -30,7 +30,8 @@ TYPES = {"embedding", "cross layer transcoder", "mlp reconstruction error", "log
 
 
 def check_schema(doc):
-    assert set(doc) == {"metadata", "qParams", "nodes", "links", "qk"}
+    assert set(doc) == {"metadata", "qParams", "nodes", "links", "qk", "frozen", "examples"}
+    assert set(doc["frozen"]["nodes"]) == {n["node_id"] for n in doc["nodes"]}
     assert set(doc["metadata"]) == METADATA_FIELDS
     assert set(doc["qParams"]) == QPARAMS_FIELDS
     ids = [n["node_id"] for n in doc["nodes"]]
@@ -69,6 +70,8 @@ def test_graph_trains_transcoders_then_reuses_them(paper_run, tmp_path):
     )
     listed = json.loads((tmp_path / "g" / "graph-metadata.json").read_text())
     assert [g["slug"] for g in listed["graphs"]] == ["graph"]
+    page = (tmp_path / "g" / "graph.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and '"flatformer-graph-1"' in page
 
     prompts = tmp_path / "p.jsonl"
     atomic_write(

@@ -20,7 +20,9 @@ def graph(
     prompts: Path | None = typer.Option(
         None, help="A prompts file, one prompt a line or JSON-lines examples: one graph each."
     ),
-    out_dir: Path = typer.Option(..., "--out", help="Folder for the graph JSON files."),
+    out_dir: Path = typer.Option(
+        ..., "--out", help="Folder for the graph JSON files and their pages (SLUG.html)."
+    ),
     transcoders: Path | None = typer.Option(
         None, help="A folder of SAELens transcoders, one per MLP [trained now, saved in --out]."
     ),
@@ -35,6 +37,7 @@ def graph(
     nodes, tokens and positions, and the top logits, joined by direct effects through the
     model with attention and LayerNorm frozen, pruned by influence; with the QK attribution of
     every attention score a kept edge passes through."""
+    from ..explorer.graph_page import write_graph_pages
     from ..graph.files import file_prompts, graph_files, prompt_tokens, write_graph_files
     from ..graph.transcoders import (
         L1,
@@ -103,7 +106,8 @@ def graph(
             progress=lambda i, n, m: progress("graphs", i, n, m),
         )
     paths = write_graph_files(docs, out_dir)
-    for doc, path in zip(docs, paths):
+    pages = write_graph_pages(docs, out_dir)
+    for doc, path, page in zip(docs, paths, pages):
         n_feat = sum(n["feature_type"] == "cross layer transcoder" for n in doc["nodes"])
         n_err = sum(n["feature_type"] == "mlp reconstruction error" for n in doc["nodes"])
         top = next(n for n in doc["nodes"] if n["is_target_logit"])
@@ -111,6 +115,6 @@ def graph(
             Text(
                 f"{doc['metadata']['prompt']!r}: {n_feat} features, {n_err} error nodes, "
                 f"{len(doc['links'])} links kept, {len(doc['qParams']['supernodes'])} supernodes; "
-                f"top output {top['clerp']}; wrote {path}"
+                f"top output {top['clerp']}; wrote {path} and its page {page.name}"
             )
         )

@@ -91,19 +91,23 @@ def script_digest(script: str, *inlined: str) -> str:
 
 def page_html(data: dict) -> str:
     """The complete HTML document for the page data from `export`."""
-    script = scripts(SCRIPTS)
+    return self_contained(
+        html.escape(f"flatformer explorer · {data['title']}"),
+        _read("tokens.css") + _read("page.css"),
+        json_for_script(data),
+        scripts(SCRIPTS),
+    )
+
+
+def self_contained(title: str, css: str, data: str, script: str) -> str:
+    """The template filled in: an escaped title, the styles, the data island and the one
+    script, under a Content-Security-Policy that fetches nothing and runs only that script."""
     digest = script_digest(script)
     csp = (
         f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
         f"img-src data:; base-uri 'none'; form-action 'none'"
     )
-    parts = {
-        "CSP": csp,
-        "TITLE": html.escape(f"flatformer explorer · {data['title']}"),
-        "CSS": _read("tokens.css") + _read("page.css"),
-        "DATA": json_for_script(data),
-        "SCRIPT": script,
-    }
+    parts = {"CSP": csp, "TITLE": title, "CSS": css, "DATA": data, "SCRIPT": script}
     # One pass, so text substituted in (a vocabulary word, say) is never scanned again.
     return re.sub(
         r"__(CSP|TITLE|CSS|DATA|SCRIPT)__", lambda m: parts[m.group(1)], _read("template.html")

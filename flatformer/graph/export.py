@@ -16,8 +16,10 @@ flatformer's models add position embeddings, which circuit-tracer's models (Gemm
 not have: a position node is `P_{pos}_{pos}`, feature_type "embedding", layer "E", clerp
 "position {pos}". Nodes kept are those pruning keeps that a kept link touches, and every token,
 position and logit node, as circuit-tracer keeps them; `influence` is the node's cumulative
-influence. `qParams.supernodes` holds the groups supernodes.py finds. flatformer's own additions sit in keys the viewer does not read: `qk` (the QK
-attributions of attention, see qk.py) at the top level.
+influence. `qParams.supernodes` holds the groups supernodes.py finds. flatformer's own
+additions sit in keys the viewer does not read, at the top level: `qk` (the QK attributions of
+attention, see qk.py), `frozen` (every link's factors, see paths.py) and `examples` (each kept
+feature's top activations, see examples.py).
 """
 
 from __future__ import annotations

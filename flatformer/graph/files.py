@@ -13,6 +13,8 @@ from ..store.limits import strict_json
 from ..store.write import atomic_write, make_folder
 from .attribution import attribute
 from .export import graph_json, node_records
+from .examples import top_examples
+from .paths import frozen_factors
 from .prune import prune
 from .qk import qk_table
 from .supernodes import decoder_groups, supernode_params
@@ -56,7 +58,8 @@ def graph_files(
     scan: str = "",
     progress=None,
 ) -> list[dict]:
-    """One graph file's contents per prompt, slugs `slug` (one prompt) or `slug-i`."""
+    """One graph file's contents per prompt, slugs `slug` (one prompt) or `slug-i`, with the
+    kept features' top activations on the run's held-out windows (`examples`)."""
     model = run.model(step)
     docs = []
     for i, (text, tokens) in enumerate(prompts):
@@ -64,27 +67,45 @@ def graph_files(
             model, transcoders, tokens, max_n_logits, desired_logit_prob, keep=qk_hooks(model.cfg)
         )
         pruned = prune(graph, node_threshold, edge_threshold)
-        ids = [r["node_id"] for r in node_records(graph, pruned, run.vocab)]
         name = slug if len(prompts) == 1 else f"{slug}-{i}"
-        docs.append(
-            graph_json(
-                graph,
-                pruned,
-                run.vocab,
-                name,
-                text,
-                scan or run.path.name,
-                [f"blocks.{tc.layer}" for tc in transcoders],
-                node_threshold,
-                extra={"qk": qk_table(graph, pruned, ids)},
-                supernodes=supernode_params(
-                    graph, decoder_groups(graph, pruned.node_mask, transcoders), ids
-                ),
-            )
+        doc = graph_document(
+            graph, pruned, run.vocab, transcoders, name, text, scan or run.path.name, node_threshold
         )
+        features = {
+            (n["layer"], n["feature"])
+            for n in doc["nodes"]
+            if n["feature"] >= 0 and n["feature_type"] == "cross layer transcoder"
+        }
+        doc["examples"] = top_examples(run, model, transcoders, features)
+        docs.append(doc)
         if progress:
             progress(i + 1, len(prompts), name)
     return docs
+
+
+def graph_document(
+    graph, pruned, vocab, transcoders, slug: str, prompt: str, scan: str, node_threshold: float
+) -> dict:
+    """One graph file's contents: graph_json's, with the QK attributions (`qk`), the supernodes
+    and every link's factors (`frozen`)."""
+    ids = [r["node_id"] for r in node_records(graph, pruned, vocab)]
+    doc = graph_json(
+        graph,
+        pruned,
+        vocab,
+        slug,
+        prompt,
+        scan,
+        [f"blocks.{tc.layer}" for tc in transcoders],
+        node_threshold,
+        extra={"qk": qk_table(graph, pruned, ids)},
+        supernodes=supernode_params(
+            graph, decoder_groups(graph, pruned.node_mask, transcoders), ids
+        ),
+    )
+    index = {node_id: j for j, node_id in enumerate(ids)}
+    doc["frozen"] = frozen_factors(graph, ids, [index[n["node_id"]] for n in doc["nodes"]])
+    return doc
 
 
 def qk_hooks(cfg) -> tuple[str, ...]:
