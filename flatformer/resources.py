@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .data import VAL_WINDOWS
 from .errors import FlatformerError
-from .evaluate import CHUNK, GROUP
+from .engine.engines import CHUNK, GROUP
 from .store.layout import checkpoint_steps
 
 BASE_MEMORY = 200 * 2**20  # the interpreter, NumPy and the task's data
