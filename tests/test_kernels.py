@@ -113,7 +113,7 @@ def test_training_passes_the_types_a_second_process_compiles_ahead():
 
 
 def test_training_compiles_itself_when_the_second_process_fails(monkeypatch):
-    monkeypatch.setattr(beside, "BOOT", "raise SystemExit(3)")
+    monkeypatch.setattr(drivers, "BOOT", "raise SystemExit(3)")
     monkeypatch.setattr(drivers, "threads", lambda: 2)
     with monkeypatch.context() as m:  # as on a cold start: training's kernel not compiled yet
         m.setattr(drivers, "train_chunk", SimpleNamespace(signatures=[]))

@@ -38,14 +38,6 @@ def train_types() -> tuple:
     return tuple(numba.typeof(a) for a in example_args())
 
 
-# Run by drivers.compile_beside as `python -c BOOT PACKAGE_PARENT`: the package is imported
-# from where the first process imported it, whatever the working folder holds.
-BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from flatformer.engine.kernels import beside; beside.main()"
-)
-
-
 def main():
     args = example_args()
     model = args[1]

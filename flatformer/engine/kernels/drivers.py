@@ -49,6 +49,13 @@ def cold() -> bool:
 
 _beside: dict = {}  # this process's id -> the process compiling train_chunk beside it
 
+# The second process's program (beside.py), run as `python -c BOOT PACKAGE_PARENT`: the package
+# is imported from where the first process imported it, whatever the working folder holds.
+BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from flatformer.engine.kernels import beside; beside.main()"
+)
+
 
 def compile_beside():
     """Start compiling the training kernel in a second process, into numba's cache, while this
@@ -57,8 +64,6 @@ def compile_beside():
     from the cache; if the other process failed, train_steps compiles it here, as before."""
     if numba is None or _beside or train_chunk.signatures or threads() < 2:
         return
-    from .beside import BOOT
-
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     argv = [sys.executable, "-c", BOOT, package_parent]
     try:

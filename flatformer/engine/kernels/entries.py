@@ -20,8 +20,8 @@ from .passes import backward_seed
 # lies before the window (Recipe.drop_unseen).
 Text = namedtuple("Text", ["tokens", "target", "source", "counted", "drop_unseen"])
 # optim.AdamW's scalars for a chunk of K steps: per step the decay 1 - lr wd, the step size
-# lr / (1 - b1^t) and sqrt(1 - b2^t) (each (K,)); then 1 - b1, b2, 1 - b2 and eps.
-AdamSteps = namedtuple("AdamSteps", ["decay", "step_size", "bc2", "b1c", "b2", "b2c", "eps"])
+# (scaled_lr) lr / (1 - b1^t) and sqrt(1 - b2^t) (each (K,)); then 1 - b1, b2, 1 - b2 and eps.
+AdamSteps = namedtuple("AdamSteps", ["decay", "scaled_lr", "bc2", "b1c", "b2", "b2c", "eps"])
 # The held-out set of data.TaskData, in groups (drivers.groups): the loss's n_val windows,
 # targets and weights; the rule's n_rule windows, the position read in each and the tokens
 # it allows.
@@ -91,7 +91,7 @@ def train_chunk(flat, model, m_flat, v_flat, corpus, at, adam, loss_sum, bad, lo
         (flat, m_flat, v_flat, model, corpus, at, adam)
     )
     starts, sizes, glob, lay, dims = model
-    decay, step_size, bc2, b1c, b2, b2c, eps = adam
+    decay, scaled_lr, bc2, b1c, b2, b2c, eps = adam
     for s in range(lo, hi):  # `owned` lives through the loop: it is used in every pass
         p, m, v, g, bufs, tokens, targets, weights = borrowed(owned)
         gather(flat, starts, sizes, S, s, p)
@@ -111,7 +111,7 @@ def train_chunk(flat, model, m_flat, v_flat, corpus, at, adam, loss_sum, bad, lo
                 m[i] += b1c * (g[i] - m[i])
                 v[i] *= b2
                 v[i] += b2c * g[i] * g[i]
-                p[i] -= step_size[k] * m[i] / (math.sqrt(v[i]) / bc2[k] + eps)
+                p[i] -= scaled_lr[k] * m[i] / (math.sqrt(v[i]) / bc2[k] + eps)
         scatter(p, starts, sizes, S, s, flat)
         scatter(m, starts, sizes, S, s, m_flat)
         scatter(v, starts, sizes, S, s, v_flat)
