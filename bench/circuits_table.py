@@ -17,12 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from flatformer.data import TaskData
+from flatformer.tasks.windows import TaskData
 from flatformer.edges.methods import build_problem, find_circuits
-from flatformer.jobs import build_job
-from flatformer.runs import load_run
+from flatformer.training.jobs import build_job
+from flatformer.store.runs import load_run
 from flatformer.tasks import TASKS, get_task
-from flatformer.train import train
+from flatformer.training.trainer import train
 
 
 def fmt(x, spec=".2f"):

@@ -80,10 +80,10 @@ def truth_table(steps: int, plans) -> list[str]:
 
 def plane_table(run_path: Path | None, steps: int) -> list[str]:
     from flatformer.dictionary.fit import fit_run
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     if run_path is None:
-        from flatformer.cli import main
+        from flatformer.commands.cli import main
 
         run_path = Path(tempfile.mkdtemp()) / "plus-last-even"
         try:

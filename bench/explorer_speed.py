@@ -88,13 +88,13 @@ def main():
     from playwright.sync_api import sync_playwright
 
     from flatformer.explorer import render_html
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = args.run
         if run_dir is None:
-            from flatformer.jobs import build_job
-            from flatformer.train import train
+            from flatformer.training.jobs import build_job
+            from flatformer.training.trainer import train
 
             job, run_dir = build_job(
                 "plus-last-even", None, "default", 0, None, Path(tmp) / "paper", []
@@ -205,7 +205,7 @@ def time_big_model(browser, tmp: Path, loads: int):
     """Seconds from navigation to open and to ready, for each cold load of the 1M model's page."""
     from flatformer.explorer import render_html
     from flatformer.importers.run import read_source, write_run
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     write_gpt2_folder(tmp / "gpt2")
     run_dir = write_run(*read_source(tmp / "gpt2", None, None), tmp / "imported")

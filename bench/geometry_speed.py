@@ -44,7 +44,7 @@ from flatformer.rsa.measures import spearman_matrix  # noqa: E402
 from flatformer.rsa.crossnobis import whitened_crossnobis  # noqa: E402
 from flatformer.rsa.data import compare_with_data, noise_ceiling  # noqa: E402
 from flatformer.rsa.report import activation_matrix  # noqa: E402
-from flatformer.runs import load_run  # noqa: E402
+from flatformer.store.runs import load_run  # noqa: E402
 
 BIGGER = [
     "--preset",

@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 
 from flatformer.analysis.grokking import progress
-from flatformer.data import TaskData
-from flatformer.jobs import build_job, parse_seeds
+from flatformer.tasks.windows import TaskData
+from flatformer.training.jobs import build_job, parse_seeds
 from flatformer.engine.model import backward, cross_entropy, forward, init_params
-from flatformer.runs import load_run
-from flatformer.train import train
+from flatformer.store.runs import load_run
+from flatformer.training.trainer import train
 
 GROKKED = 0.99
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from flatformer.analysis.induction import head_scores, phase_change
-from flatformer.jobs import build_job
-from flatformer.runs import load_run
-from flatformer.train import train
+from flatformer.training.jobs import build_job
+from flatformer.store.runs import load_run
+from flatformer.training.trainer import train
 
 THRESHOLD = 0.8
 

@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from browser import close, close_shared_browser, open_page, shared_browser
 from common import write_results
 
-from flatformer.evaluate import evaluate_run
+from flatformer.training.evaluate import evaluate_run
 from flatformer.explorer.playground_page import playground_html
-from flatformer.jobs import build_job
-from flatformer.train import train
+from flatformer.training.jobs import build_job
+from flatformer.training.trainer import train
 
 
 def main():
@@ -41,7 +41,7 @@ def main():
             watched = open_page(shared_browser(), page_file.as_uri())
             start = time.perf_counter()
             result = watched.page.evaluate(
-                f"() => window.flatformer.train({{task: 'plus-last-even', preset: 'paper-2d', "
+                f"() => window.flatformer.training.trainer({{task: 'plus-last-even', preset: 'paper-2d', "
                 f"seed: {seed}, steps: {args.steps}}})"
             )
             wall = time.perf_counter() - start

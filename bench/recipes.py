@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from flatformer.jobs import build_job
+from flatformer.training.jobs import build_job
 from flatformer.tasks.base import LEARNED
-from flatformer.train import train
+from flatformer.training.trainer import train
 
 
 def main():

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from flatformer.jobs import build_job
-from flatformer.data import TaskData
+from flatformer.training.jobs import build_job
+from flatformer.tasks.windows import TaskData
 from flatformer.tasks import TASKS, get_task
-from flatformer.train import train
+from flatformer.training.trainer import train
 
 
 def constant_guess_error(task, n_ctx: int = 8) -> float:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import record  # noqa: E402
 
 from flatformer.config import LN_EPS, ModelConfig, preset  # noqa: E402
-from flatformer.data import Corpus  # noqa: E402
+from flatformer.tasks.windows import Corpus  # noqa: E402
 from flatformer.engine import kernels  # noqa: E402
 from flatformer.engine.engines import COMPILED, REFERENCE  # noqa: E402
 from flatformer.engine.select import resolve  # noqa: E402
@@ -42,7 +42,7 @@ from flatformer.engine.model import (  # noqa: E402
     keep_freed_memory,
 )
 from flatformer.engine.optim import AdamW  # noqa: E402
-from flatformer.recipes import get_recipe  # noqa: E402
+from flatformer.training.recipes import get_recipe  # noqa: E402
 
 
 def bigger(d, heads, layers, ctx, vocab):

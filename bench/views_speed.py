@@ -112,7 +112,7 @@ def main():
                     check=True,
                     capture_output=True,
                 )
-                from flatformer.runs import load_run
+                from flatformer.store.runs import load_run
 
                 params = load_run(run).cfg.n_params
                 shape = f"vocabulary {vocab:,}, context {ctx:,}, d_model {d}, {layers} layers"

@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 
 from .errors import FlatformerError
-from .limits import whole
-from .suggest import did_you_mean
+from .store.limits import whole
+from .errors import did_you_mean
 
 # Each size's valid range: generous for tiny models, and small enough that a config (typed, or
 # read from a run folder someone handed us) can never ask for more than a machine has.

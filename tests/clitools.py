@@ -32,7 +32,7 @@ def cli_here(*args):
 
     import numpy as np
 
-    from flatformer.cli import main
+    from flatformer.commands.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     argv = list(map(str, args))

@@ -156,7 +156,7 @@ def random_model(cfg, seed: int = 0, perturb: bool = True):
     import numpy as np
 
     from flatformer.engine.model import init_params
-    from flatformer.transformer import Transformer
+    from flatformer.model.transformer import Transformer
 
     params = init_params(cfg, [np.random.default_rng(seed)])
     if perturb:
@@ -169,8 +169,8 @@ def random_model(cfg, seed: int = 0, perturb: bool = True):
 
 def make_run(folder, task="plus-last-even", preset_name=None, recipe="default", seeds=None, **sets):
     """Train a run into `folder` (one seed, or a --seeds folder "A-B") and return its path."""
-    from flatformer.jobs import JobSpec, parse_seeds
-    from flatformer.train import train
+    from flatformer.training.jobs import JobSpec, parse_seeds
+    from flatformer.training.trainer import train
 
     seed_list = parse_seeds(seeds)
     job, out = JobSpec(

@@ -17,10 +17,10 @@ from flatformer.analysis.algorithm import (
     retrieval,
     run_checks,
 )
-from flatformer.analysis.geometry import hull_distance, ladder, min_norm_point, separation
-from flatformer.data import TaskData
-from flatformer.evaluate import evaluate_run
-from flatformer.runs import load_run
+from flatformer.analysis.hulls import hull_distance, ladder, min_norm_point, separation
+from flatformer.tasks.windows import TaskData
+from flatformer.training.evaluate import evaluate_run
+from flatformer.store.runs import load_run
 from flatformer.tasks import get_task
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from flatformer.analysis.circuits import circuit_table, head_circuits, top_k_mass
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 
 
 def test_circuits_are_the_weight_products(simulator_run, paper_run):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from flatformer.analysis.circuits import circuit_table
-from flatformer.evaluate import evaluate_run
-from flatformer.runs import load_run
+from flatformer.training.evaluate import evaluate_run
+from flatformer.store.runs import load_run
 from clitools import assert_one_line_error, cli
 
 

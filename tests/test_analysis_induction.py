@@ -15,12 +15,12 @@ from flatformer.analysis.induction import (
     loss_bump,
     repeated_tokens,
 )
-from flatformer.bridge import to_transformer_lens
+from flatformer.model.bridge import to_transformer_lens
 from flatformer.commands.analyze import render_report
 from flatformer.config import ModelConfig
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 from flatformer.tasks import get_task
-from flatformer.transformer import Transformer
+from flatformer.model.transformer import Transformer
 
 V, T = 8, 16  # vocabulary, context; the residual: token | position | prev
 D, DH, SHARP = 2 * V + T, T, 30.0

@@ -5,26 +5,25 @@ import math
 import numpy as np
 import pytest
 
-from flatformer.analysis.interventions import (
+from flatformer.analysis.interventions import patch, patching_sweep
+from flatformer.readout.batches import next_token_logits
+from flatformer.readout.knobs import (
     combine,
     head_means,
-    kl_divergence,
     knob_kls,
     mean_head,
     mlp_off,
-    next_token_logits,
-    patch,
-    patching_sweep,
     positions_off,
     scale_scores,
     standard_knobs,
     switches,
     zero_head,
 )
+from flatformer.readout.probs import kl_divergence
 from flatformer.errors import FlatformerError
 from flatformer.engine.model import init_params
-from flatformer.runs import load_run
-from flatformer.transformer import Transformer
+from flatformer.store.runs import load_run
+from flatformer.model.transformer import Transformer
 
 from conftest import CONFIGS, random_model
 

@@ -6,8 +6,8 @@ import pytest
 from flatformer.analysis.lens import contributions, lens_note, lens_summary, logit_lens, stage_names
 from flatformer.config import preset
 from flatformer.engine.model import init_params
-from flatformer.runs import load_run
-from flatformer.transformer import Transformer
+from flatformer.store.runs import load_run
+from flatformer.model.transformer import Transformer
 
 from conftest import CONFIGS, random_model
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flatformer.analysis.sampling import distribution, draw, entropy, generate
+from flatformer.readout.sampling import distribution, draw, entropy, generate
 from flatformer.errors import FlatformerError
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 
 logits_strategy = st.lists(st.floats(-20, 20), min_size=2, max_size=14).map(np.array)
 
@@ -106,7 +106,7 @@ def test_a_prompt_longer_than_the_context_slides_the_window(paper_run):
 
 
 def test_generation_uses_the_switched_model(paper_run):
-    from flatformer.analysis.interventions import switches, zero_head
+    from flatformer.readout.knobs import switches, zero_head
 
     model = load_run(paper_run).model()
     prompt = [4, 1, 11, 4, 6, 9, 5, 11]

@@ -5,9 +5,9 @@ import pytest
 import torch
 from conftest import CONFIGS, random_model
 
-from flatformer.bridge import to_torch, to_transformer_lens
+from flatformer.model.bridge import to_torch, to_transformer_lens
 from flatformer.config import preset
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 from flatformer.analysis.circuits import head_circuits
 
 RUNS = ["paper_run", "simulator_run", "two_layer_run"]
@@ -42,6 +42,22 @@ def test_transformer_lens_on_layernorm_biases_and_two_layers():
     with torch.no_grad():
         logits = to_transformer_lens(model)(torch.tensor(tokens)).numpy()
     np.testing.assert_allclose(logits, model(tokens), atol=1e-9, rtol=0)
+
+
+def test_a_model_that_attends_to_every_key_in_both_bridges():
+    """A compiled RASP program's attention is not causal (`causal: false`): both bridges read
+    later keys as the engine does."""
+    cfg = preset("simulator-16d", 20, n_layers=2, causal=False)
+    model = random_model(cfg)
+    tokens = tokens_for(cfg)
+    with torch.no_grad():
+        torch_logits = to_torch(model)(torch.tensor(tokens)).numpy()
+        tl_logits = to_transformer_lens(model)(torch.tensor(tokens)).numpy()
+    expected = model(tokens)
+    np.testing.assert_allclose(torch_logits, expected, atol=1e-9, rtol=0)
+    np.testing.assert_allclose(tl_logits, expected, atol=1e-9, rtol=0)
+    causal = random_model(cfg.replace(causal=True))
+    assert np.abs(causal(tokens) - expected).max() > 1e-3  # the masks differ, and matter
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ import json
 import pytest
 from clitools import assert_one_line_error, cli_here
 
-from flatformer import resources
+from flatformer.store import resources
 from flatformer.edges.methods import prompt_bytes
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 
 GB = 10**9
 

@@ -96,7 +96,7 @@ def test_nan_weights_in_a_checkpoint_are_refused(run_copy):
 
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, typer.Abort])
 def test_an_interrupt_is_said_in_one_line(monkeypatch, capsys, raised):
-    from flatformer import cli as cli_module
+    from flatformer.commands import cli as cli_module
 
     def interrupted(**kwargs):
         raise raised()

@@ -18,12 +18,12 @@ from flatformer.compare import (
     zone_sequence,
 )
 from flatformer.config import preset
-from flatformer.data import TaskData
+from flatformer.tasks.windows import TaskData
 from flatformer.errors import FlatformerError
 from flatformer.engine.model import Params, init_params
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 from flatformer.tasks import get_task
-from flatformer.transformer import Transformer
+from flatformer.model.transformer import Transformer
 
 EVENS = [0, 2, 4, 6, 8, 10]
 PLUS = 11

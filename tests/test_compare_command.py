@@ -7,7 +7,8 @@ import pytest
 from conftest import make_run
 from typer.testing import CliRunner
 
-from flatformer.cli import app, load_commands
+from flatformer.commands.app import app
+from flatformer.commands.cli import load_commands
 from flatformer.compare import aligned_landscapes, compare_runs, summary
 from flatformer.compare.figures import (
     draw_embedding_grid,
@@ -17,7 +18,7 @@ from flatformer.compare.figures import (
     structure_matrix,
 )
 from flatformer.errors import FlatformerError
-from flatformer.evaluate import evaluate_run
+from flatformer.training.evaluate import evaluate_run
 from clitools import assert_one_line_error, cli
 
 

@@ -27,7 +27,7 @@ CONSUMERS = {
 OTHER_LANGUAGES = {
     "engine/kernels": "numba's compiled engine (test_kernels.py)",
     "engine/fused.py": "numba's float32 elementwise steps (test_fused.py)",
-    "bridge.py": "PyTorch, the oracle of these tests and test_model.py",
+    "model/bridge.py": "PyTorch, the oracle of these tests and test_model.py",
 }
 
 RNG = np.random.default_rng(0)

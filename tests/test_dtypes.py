@@ -7,10 +7,10 @@ from flatformer.config import preset
 from flatformer.config import PRESETS
 from flatformer.engine.dtypes import FLOAT32_FROM, FLOAT32_WORK, default_dtype, work
 from flatformer.errors import FlatformerError
-from flatformer.jobs import JobSpec
+from flatformer.training.jobs import JobSpec
 from flatformer.tasks import TASKS
-from flatformer.recipes import get_recipe
-from flatformer.train import Recipe
+from flatformer.training.recipes import get_recipe
+from flatformer.training.trainer import Recipe
 
 BIG = dict(d_model=64, n_heads=4, d_head=16, n_layers=2, d_mlp=256, n_ctx=32)
 

@@ -8,8 +8,8 @@ import torch
 
 from conftest import CONFIGS, random_model
 from edge_hooks import hooked_edge_logits, tl_runner
-from flatformer.bridge import to_torch, to_transformer_lens
-from flatformer.data import TaskData
+from flatformer.model.bridge import to_torch, to_transformer_lens
+from flatformer.tasks.windows import TaskData
 from flatformer.edges.graph import EdgeGraph
 from flatformer.edges.methods import (
     build_problem,
@@ -17,13 +17,15 @@ from flatformer.edges.methods import (
     eap_ig,
     exact_effects,
     find_circuits,
+    known_circuit_scores,
     path_patch,
     rank,
     roc_auc,
     spearman,
 )
-from flatformer.runs import load_run
-from flatformer.transformer import Transformer
+from flatformer.errors import FlatformerError
+from flatformer.store.runs import load_run
+from flatformer.model.transformer import Transformer
 
 
 def random_case(cfg, seed=0, batch=4):
@@ -87,6 +89,35 @@ def test_edge_ablation_and_its_gradient_equal_hooks_on_the_bridge(cfg, bridge):
         (hooked * torch.tensor(weights)).sum().backward()
         _, dmask = graph.backward(trace, weights[None])
         np.testing.assert_allclose(dmask[0], mask.grad.numpy(), atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["paper-2d", "2-layer-ln-bias"])
+def test_a_model_attending_both_ways_has_an_exact_graph(name):
+    """causal: false (compiled programs, InterpBench's models): the same checks as above."""
+    cfg = CONFIGS[name].replace(causal=False)
+    test_unablated_graph_is_the_engine(cfg)
+    test_reading_the_logits_at_positions_is_the_full_run_there(cfg)
+    test_edge_ablation_and_its_gradient_equal_hooks_on_the_bridge(cfg, "torch")
+    model = random_model(cfg)
+    tokens = np.random.default_rng(0).integers(0, cfg.d_vocab, (2, cfg.n_ctx))
+    assert np.abs(model(tokens) - random_model(CONFIGS[name])(tokens)).max() > 1e-3
+
+
+def test_methods_are_scored_against_a_known_circuit_by_hand():
+    rows = [("tok", "m0", 0.9, 0.5), ("pos", "m0", -0.2, -0.8), ("m0", "logits", 0.5, 0.1)]
+    report = {
+        "edges": [{"src": s, "dst": d, "exact": x, "eap": e} for s, d, x, e in rows],
+        "circuit": {"edges": [["tok", "m0"], ["m0", "logits"]], "edges_kept": 2},
+        "methods": {},
+    }
+    scores = known_circuit_scores(report, [["tok", "m0"], ["pos", "m0"]])
+    exact, eap_ = scores["methods"]["exact"], scores["methods"]["eap"]
+    # |exact| ranks tok>m0 (0.9) above m0>logits (0.5) above pos>m0 (0.2): positives 1st and 3rd
+    assert exact["auc"] == 0.5 and exact["precision"] == 0.5 and exact["recall"] == 0.5
+    # |eap| ranks pos>m0 (0.8), tok>m0 (0.5), m0>logits (0.1): both positives first
+    assert eap_["auc"] == 1.0 and eap_["precision"] == 1.0 and eap_["recall"] == 1.0
+    with pytest.raises(FlatformerError, match="a0.0->logits is not in the model's graph"):
+        known_circuit_scores(report, [["a0.0", "logits"]])
 
 
 def test_eap_is_the_linearisation():
@@ -156,7 +187,7 @@ def test_paper_circuit_is_faithful_minimal_and_the_papers_algorithm(paper):
     } <= kept
     methods = report["methods"]
     assert methods["acdc"]["faithfulness"] >= 0.95
-    from flatformer.report import circuit_html
+    from flatformer.publish.report import circuit_html
 
     html = circuit_html(report)  # the reproduce report's section
     assert "a0.0 → m0" in html and f"{circuit['edges_kept']} of 13 edges" in html

@@ -10,14 +10,14 @@ import pytest
 
 import flatformer
 from flatformer.config import preset
-from flatformer.data import TaskData
+from flatformer.tasks.windows import TaskData
 from flatformer.engine import kernels
 from flatformer.engine.engines import COMPILED, REFERENCE, Compiled, Engine, Reference
 from flatformer.engine.optim import AdamW
 from flatformer.engine.select import choose, resolve
-from flatformer.recipes import get_recipe
+from flatformer.training.recipes import get_recipe
 from flatformer.tasks import get_task
-from flatformer.train import CHUNK, batch_indices
+from flatformer.training.trainer import CHUNK, batch_indices
 
 PACKAGE = Path(flatformer.__file__).parent
 ROOT = PACKAGE.parent
@@ -79,7 +79,8 @@ def test_the_check_finds_each_way_of_asking():
 
 def test_no_caller_outside_the_engine_asks_which_engine_it_holds():
     files = callers()
-    assert PACKAGE / "train.py" in files and PACKAGE / "evaluate.py" in files
+    assert PACKAGE / "training" / "trainer.py" in files
+    assert PACKAGE / "training" / "evaluate.py" in files
     assert ROOT / "bench" / "train_speed.py" in files
     found = {
         str(p.relative_to(ROOT)): hits

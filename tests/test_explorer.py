@@ -16,7 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import random_model as random_weights
-from flatformer.cli import app, load_commands
+from flatformer.commands.app import app
+from flatformer.commands.cli import load_commands
 from flatformer.config import preset
 from flatformer.errors import FlatformerError
 from flatformer.explorer import render_html
@@ -27,7 +28,7 @@ from flatformer.explorer.export import (
     reference_prompts,
     unpack,
 )
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 
 load_commands()
 EVIL = "<img src=x onerror=alert(1)>"

@@ -18,8 +18,8 @@ from flatformer.explorer.page import page_html
 from conftest import CONFIGS
 from flatformer.engine.model import hook_names, init_params
 from flatformer.readout import fit_plane
-from flatformer.runs import load_run
-from flatformer.transformer import Transformer
+from flatformer.store.runs import load_run
+from flatformer.model.transformer import Transformer
 
 # Functions, not expressions: the page's Content-Security-Policy forbids eval of strings.
 READY = "() => document.documentElement.dataset.ready === 'true' || !!document.querySelector('.banner.fail')"
@@ -402,7 +402,7 @@ def test_the_seeded_sampler_repeats_and_matches_a_python_oracle(chromium, page_o
 
 
 def test_vocabulary_markup_shows_as_text_and_runs_nothing(chromium, tmp_path):
-    from flatformer.labels import short
+    from flatformer.readout.labels import short
 
     cfg = preset("paper-2d", 5)
     vocab = ["0", "1", EVIL, "</script><u id=evil>bold</u>", "+"]
@@ -505,10 +505,10 @@ def test_the_page_works_inside_a_sandboxed_iframe(chromium, paper_run, tmp_path)
 
 @pytest.mark.parametrize("fixture", ["paper_run", "two_layer_run"])
 def test_the_circuit_panel_equals_python_edge_ablation(chromium, page_of, request, fixture):
-    from flatformer.data import TaskData
+    from flatformer.tasks.windows import TaskData
     from flatformer.edges.graph import EdgeGraph
     from flatformer.edges.methods import sender_outputs
-    from flatformer.analysis.interventions import kl_divergence
+    from flatformer.readout.probs import kl_divergence
 
     run_dir = request.getfixturevalue(fixture)
     run = load_run(run_dir)

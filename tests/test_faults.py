@@ -12,13 +12,13 @@ import pytest
 
 from clitools import assert_one_line_error, cli_here
 from flatformer.errors import FlatformerError
-from flatformer.jobs import build_job
+from flatformer.training.jobs import build_job
 from flatformer.store.lock import hold, holder
-from flatformer.resources import check_fits, estimate, memory_needed
-from flatformer.checkpoints import read_checkpoint
-from flatformer.runs import load_run, read_metrics
+from flatformer.store.resources import check_fits, estimate, memory_needed
+from flatformer.store.checkpoints import read_checkpoint
+from flatformer.store.runs import load_run, read_metrics
 from flatformer.store.write import WriteFailed
-from flatformer.train import train
+from flatformer.training.trainer import train
 
 SHORT = ["--recipe", "paper", "--steps", "600"]
 
@@ -184,6 +184,7 @@ def test_a_resumed_run_counts_only_the_checkpoints_still_to_come(tmp_path):
 
 
 def test_the_estimate_uses_the_trainers_sizes():
-    from flatformer import resources, train
+    from flatformer.store import resources
+    from flatformer.training import trainer as train
 
     assert (resources.GROUP_MEMBERS, resources.TRAIN_CHUNK) == (train.MAX_MEMBERS, train.CHUNK)

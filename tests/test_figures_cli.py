@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from flatformer.figures import FIGURES
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 
 
 def cli(*args):

@@ -9,7 +9,7 @@ import pytest
 from flatformer.figures import FIGURES, FigureContext, NotInPlane
 from flatformer.figures import compute as C
 from flatformer.figures.trace_values import compute_trace_nudge
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 from flatformer.tasks import get_task
 
 ISSUE_NAMES = [

@@ -13,7 +13,7 @@ from matplotlib.text import Text
 from flatformer.figures import FIGURES, FigureContext, NotInPlane
 from flatformer.figures import compute as C
 from flatformer.figures.style import point_text, token_colors
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 from flatformer.tasks import TASKS
 from flatformer.tasks.plus_last_even import PlusLastEven
 

@@ -12,7 +12,7 @@ from matplotlib.text import Annotation, Text
 from flatformer.figures import FIGURES, FigureContext, NotInPlane
 from flatformer.figures.panels import RC
 from flatformer.figures.style import MIN_FONT
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 
 
 def drawn_texts(fig):

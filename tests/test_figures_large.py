@@ -8,7 +8,7 @@ from clitools import cli
 
 from flatformer.figures import FIGURES, FigureContext
 from flatformer.figures import compute as C
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 from test_figures_labels import problems
 
 
@@ -71,7 +71,7 @@ def test_the_point_figures_of_a_large_model_show_a_readable_subset(large_run, na
 
 def test_the_estimate_counts_a_landscape_only_for_a_plane_model():
     from flatformer.config import ModelConfig
-    from flatformer.resources import figures_memory, grid_bytes
+    from flatformer.store.resources import figures_memory, grid_bytes
 
     wide = ModelConfig(d_vocab=50_000, n_ctx=64, d_model=64, n_heads=4, d_head=16, d_mlp=256)
     plane = ModelConfig(d_vocab=50_000, n_ctx=64, d_model=2, n_heads=1, d_head=2, d_mlp=8)
@@ -82,8 +82,8 @@ def test_the_estimate_counts_a_landscape_only_for_a_plane_model():
 def test_a_figures_job_too_large_is_refused_naming_the_jobs_that_fit():
     from flatformer.config import ModelConfig
     from flatformer.errors import FlatformerError
-    from flatformer.pipeline import check_figures_memory
-    from flatformer.resources import figures_memory
+    from flatformer.publish.pipeline import check_figures_memory
+    from flatformer.store.resources import figures_memory
 
     cfg = ModelConfig(d_vocab=4000, n_ctx=1024, d_model=256, n_heads=8, d_head=32, d_mlp=1024)
     with pytest.raises(FlatformerError, match=r"drawing with 4 processes .* --jobs 2 would fit"):
@@ -92,6 +92,6 @@ def test_a_figures_job_too_large_is_refused_naming_the_jobs_that_fit():
 
 def test_the_estimates_forward_pass_is_the_one_the_figures_make():
     from flatformer.readout.points import PASS_BYTES
-    from flatformer.resources import FIGURE_PASS
+    from flatformer.store.resources import FIGURE_PASS
 
     assert PASS_BYTES == FIGURE_PASS

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flatformer.errors import FlatformerError
-from flatformer.pipeline import draw_suite
+from flatformer.publish.pipeline import draw_suite
 
 
 def killed(ctx):
@@ -30,7 +30,7 @@ def test_a_killed_worker_ends_the_command_in_one_line_naming_its_figure(
 
     registry = {"fig_quick": (quick, lambda data: None), "fig_killed": (killed, None)}
     monkeypatch.setattr(figures, "figures_for", lambda task: registry)
-    monkeypatch.setattr("flatformer.pipeline.save", lambda fig, path, fmt: None)
+    monkeypatch.setattr("flatformer.publish.pipeline.save", lambda fig, path, fmt: None)
     started = time.perf_counter()
     with pytest.raises(FlatformerError) as error:
         draw_suite(paper_run, out_dir=tmp_path / "out", jobs=2)
@@ -46,7 +46,7 @@ STALLING = """
 import os, sys, time
 from pathlib import Path
 import flatformer.figures as figures
-from flatformer.pipeline import draw_suite
+from flatformer.publish.pipeline import draw_suite
 
 def stall(ctx):
     Path(sys.argv[2], str(os.getpid())).touch()

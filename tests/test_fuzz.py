@@ -75,7 +75,7 @@ checkpoints = st.one_of(
 @FUZZ
 @given(checkpoints)
 def test_checkpoint_bytes(folder, data):
-    from flatformer.checkpoints import read_checkpoint
+    from flatformer.store.checkpoints import read_checkpoint
 
     path = folder / "step_000000.safetensors"
     path.write_bytes(data)
@@ -118,7 +118,7 @@ def configs():
 @FUZZ
 @given(configs())
 def test_run_config(folder, data):
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     (folder / "config.json").write_bytes(data)
     run = refused_or(load_run, folder)
@@ -148,7 +148,7 @@ metrics_lines = st.lists(
 @FUZZ
 @given(metrics_lines)
 def test_metrics_lines(folder, lines):
-    from flatformer.runs import read_metrics
+    from flatformer.store.runs import read_metrics
 
     (folder / "metrics.jsonl").write_bytes(b"\n".join(lines))
     rows = read_metrics(folder)
@@ -270,7 +270,7 @@ def test_prompts_of_a_task(prompt):
     )
 )
 def test_set_values(folder, pairs):
-    from flatformer.jobs import build_job
+    from flatformer.training.jobs import build_job
 
     sets = [f"{k}={v}" for k, v in pairs]
     built = refused_or(build_job, "plus-last-even", None, "paper", 0, None, folder / "run", sets)
@@ -334,7 +334,7 @@ def test_meta_pkl(folder, meta, noise):
 )
 def test_prompts_files(folder, lines):
     """A prompts file for `circuits --prompts` or `analyze --prompts`: every line checked."""
-    from flatformer.prompts import read_examples
+    from flatformer.tasks.prompts import read_examples
     from flatformer.tasks import get_task
 
     (folder / "prompts.jsonl").write_text("\n".join(lines))

@@ -98,7 +98,8 @@ def test_comparisons_equal_rsatoolbox(rng):
 def test_geometry_command_on_the_paper_model(paper_run, tmp_path):
     from typer.testing import CliRunner
 
-    from flatformer.cli import app, load_commands
+    from flatformer.commands.app import app
+    from flatformer.commands.cli import load_commands
 
     load_commands()
     export = tmp_path / "rdms.npz"
@@ -144,7 +145,7 @@ PLANTED = "blocks.0.attn.hook_pattern.h0"  # the activation least like any other
 
 def test_data_recovers_a_planted_activation_and_a_shuffled_control_is_null(paper_run, tmp_path):
     from flatformer.rsa import representations, stimuli
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     run = load_run(paper_run)
     tokens, read, _ = stimuli(run)
@@ -159,13 +160,13 @@ def test_data_recovers_a_planted_activation_and_a_shuffled_control_is_null(paper
     assert result.returncode == 0, result.stderr
     d = json.loads(result.stdout)["data"]
     assert d["best"] == PLANTED
-    best = next(a for a in d["activations"] if a["name"] == PLANTED)
+    best = d["by_activation"][PLANTED]
     lower, upper = d["noise_ceiling"]
     assert lower < upper and best["correlation"] >= lower and best["p"] < 0.05
     assert best["ci"][0] <= best["correlation"] <= best["ci"][1]
     shuffled = _geometry(paper_run, "--data", str(tmp_path / "shuffled.npy"), *fast)
     s = json.loads(shuffled.stdout)["data"]
-    assert next(a for a in s["activations"] if a["name"] == PLANTED)["p"] > 0.05
+    assert s["by_activation"][PLANTED]["p"] > 0.05
     # stimuli x channels: no ceiling, and the reason is given
     np.savetxt(tmp_path / "mean.csv", recordings.mean(1), delimiter=",")
     flat = json.loads(_geometry(paper_run, "--data", str(tmp_path / "mean.csv"), *fast).stdout)[
@@ -227,7 +228,8 @@ def test_seed_figures_are_written_one_per_activation(tmp_path):
     report = {
         "seeds": ["seed_0", "seed_1"],
         "measures": ["cka"],
-        "activations": {
+        "activations": ["hook_embed", "blocks.0.attn.hook_k.h0"],
+        "by_activation": {
             "hook_embed": {"cka": {"matrix": m}},
             "blocks.0.attn.hook_k.h0": {"cka": {"matrix": m}},
         },

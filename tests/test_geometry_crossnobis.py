@@ -77,7 +77,7 @@ def test_crossnobis_and_noise_covariances_equal_rsatoolbox():
 
 def _planted(paper_run, repeats, scale=1.0):
     from flatformer.rsa import stimuli
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     run = load_run(paper_run)
     tokens, read, _ = stimuli(run)
@@ -109,7 +109,7 @@ def test_data_crossnobis_recovers_the_planted_activation_inside_the_ceiling(pape
     assert d["rdm"] == "crossnobis" and d["model_rdm"] == "euclidean"
     assert d["repeat_groups"] == 3 and d["channels_left_out"] == 0
     assert d["best"] == PLANTED
-    best = next(a for a in d["activations"] if a["name"] == PLANTED)
+    best = d["by_activation"][PLANTED]
     lower, upper = d["noise_ceiling"]
     assert lower <= best["correlation"] <= upper and best["p"] < 0.05
     # three repeats: one group, so no ceiling, and the reason says why
@@ -149,7 +149,7 @@ def test_data_crossnobis_bad_input_is_one_line(paper_run, tmp_path):
 
 
 def test_model_crossnobis_over_held_out_windows(paper_run):
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     result = cli_here("geometry", paper_run, "--crossnobis", "--json")
     assert result.returncode == 0, result.stderr
@@ -188,7 +188,7 @@ def three_seeds(tmp_path_factory):
 
 def test_seeds_with_every_measure(three_seeds):
     from flatformer.rsa import stimuli
-    from flatformer.runs import load_run, seed_runs
+    from flatformer.store.runs import load_run, seed_runs
 
     result = cli_here("geometry", three_seeds, "--seeds", "--measure", "all", "--json")
     assert result.returncode == 0, result.stderr
@@ -199,7 +199,7 @@ def test_seeds_with_every_measure(three_seeds):
     x0, x2 = (
         representations(r.model(None), tokens, read)["blocks.0.hook_resid_mid"] for r in runs[::2]
     )
-    entry = report["activations"]["blocks.0.hook_resid_mid"]
+    entry = report["by_activation"]["blocks.0.hook_resid_mid"]
     for measure, a in entry.items():
         m = np.asarray(a["matrix"])
         assert m.shape == (3, 3) and np.allclose(m, m.T)

@@ -5,14 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from flatformer.data import TaskData
+from flatformer.tasks.windows import TaskData
 from flatformer.errors import FlatformerError
-from flatformer.evaluate import evaluate_run
-from flatformer.jobs import build_job
-from flatformer.runs import load_run
+from flatformer.training.evaluate import evaluate_run
+from flatformer.training.jobs import build_job
+from flatformer.store.runs import load_run
 from flatformer.tasks import get_task
 from flatformer.tasks.tiny_grammar import GRAMMAR, WORDS
-from flatformer.train import train
+from flatformer.training.trainer import train
 
 
 @pytest.fixture(scope="module")

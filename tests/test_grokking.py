@@ -8,12 +8,12 @@ import pytest
 from clitools import assert_one_line_error, cli
 from flatformer.analysis import grokking as G
 from flatformer.config import preset
-from flatformer.data import TaskData
+from flatformer.tasks.windows import TaskData
 from flatformer.errors import FlatformerError
-from flatformer.evaluate import evaluate
-from flatformer.jobs import build_job
+from flatformer.training.evaluate import evaluate
+from flatformer.training.jobs import build_job
 from flatformer.engine.model import Params, forward, init_params
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 from flatformer.tasks import get_task
 
 P = 13

@@ -228,7 +228,7 @@ def test_a_spoiled_run_folder_gets_one_line(paper_run, tmp_path, monkeypatch, na
 
 
 def test_a_spoiled_metrics_file_keeps_the_rows_before_the_damage(paper_run, tmp_path):
-    from flatformer.runs import read_metrics
+    from flatformer.store.runs import read_metrics
 
     copy_run(paper_run, tmp_path / RUN)
     place, path = tmp_path, tmp_path / RUN / "metrics.jsonl"

@@ -266,7 +266,7 @@ def test_weights_that_overflow_softmax_are_refused(world):
 
 def test_a_metrics_file_that_is_a_fifo_is_refused_not_waited_on(world):
     from flatformer.errors import FlatformerError
-    from flatformer.runs import read_metrics
+    from flatformer.store.runs import read_metrics
 
     fifo(world / "RUN/metrics.jsonl")
     with pytest.raises(FlatformerError, match="not a file"):
@@ -334,7 +334,7 @@ def test_a_token_name_is_drawn_as_text(token):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from flatformer.labels import MAX_LABEL, label
+    from flatformer.readout.labels import MAX_LABEL, label
 
     started = time.perf_counter()
     fig, ax = plt.subplots(figsize=(2, 2))
@@ -347,7 +347,7 @@ def test_a_token_name_is_drawn_as_text(token):
 
 
 def test_strict_json_has_no_nan_and_says_why():
-    from flatformer.limits import strict_json
+    from flatformer.store.limits import strict_json
     from flatformer.store.read import parse_json
 
     text = strict_json({"loss": float("nan"), "rows": [1.0, float("inf")], "ok": 2})
@@ -473,9 +473,9 @@ def big_run(paper_run, world):
 
 
 def test_the_movie_memory_is_estimated_and_refused_with_the_every_that_fits(big_run, monkeypatch):
-    from flatformer import resources
+    from flatformer.store import resources
     from flatformer.movies.scenes import LANDSCAPE_RESOLUTION
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     assert resources.MOVIE_GRID == LANDSCAPE_RESOLUTION
     cfg = load_run(big_run / "RUN").cfg
@@ -494,8 +494,8 @@ def test_the_movie_memory_is_estimated_and_refused_with_the_every_that_fits(big_
 def test_figures_too_many_processes_for_the_memory_are_refused_with_the_jobs_that_fit(
     world, monkeypatch
 ):
-    from flatformer import resources
-    from flatformer.runs import load_run
+    from flatformer.store import resources
+    from flatformer.store.runs import load_run
 
     cfg = load_run(world / "RUN").cfg
     monkeypatch.setattr(resources, "available_memory", lambda: resources.figures_memory(cfg, 1) + 1)
@@ -508,8 +508,8 @@ def test_figures_too_many_processes_for_the_memory_are_refused_with_the_jobs_tha
 def test_a_comparison_over_the_memory_is_refused_with_the_option_that_fits(world, monkeypatch):
     from conftest import make_run
 
-    from flatformer import resources
-    from flatformer.runs import seed_runs
+    from flatformer.store import resources
+    from flatformer.store.runs import seed_runs
 
     seeds = make_run(world / "seeds", seeds="0-1", steps=200)
     cfg = seed_runs(seeds)[0].cfg
@@ -548,7 +548,7 @@ def test_the_trainer_proves_its_stream_in_range_before_any_kernel():
 
     from flatformer.config import preset
     from flatformer.errors import FlatformerError
-    from flatformer.evaluate import check_indices
+    from flatformer.training.evaluate import check_indices
 
     cfg = preset("paper-2d", 12)
     ok = SimpleNamespace(train=SimpleNamespace(tokens=np.arange(12), target=np.full(12, -1)))
@@ -566,13 +566,13 @@ def test_the_page_cuts_token_names_at_the_figures_limit():
     import re
     from pathlib import Path
 
-    from flatformer import labels
+    from flatformer.readout import labels
 
     from flatformer.explorer.page import SCRIPTS, constants_script
 
     shipped = re.fullmatch(r"const FlatConstants = (.*);", constants_script()).group(1)
     assert json.loads(shipped)["MAX_LABEL"] == labels.MAX_LABEL
-    scripts = [(Path(labels.__file__).parent / "explorer" / n).read_text() for n in SCRIPTS]
+    scripts = [(Path(labels.__file__).parent.parent / "explorer" / n).read_text() for n in SCRIPTS]
     assert sum("FlatConstants.MAX_LABEL" in s for s in scripts) >= 1
     assert not any(re.search(r"LABEL_MAX|> 24 \?", s) for s in scripts)
     assert labels.short("x" * 100) == "x" * (labels.MAX_LABEL - 1) + "\u2026"

@@ -226,7 +226,7 @@ def test_a_finished_import_is_never_replaced(tmp_path, source):
 
 @pytest.mark.parametrize("spoil", ["not-utf8", "deep", "fifo"])
 def test_reproduce_reads_a_spoiled_config_as_another_run(tmp_path, spoil):
-    from flatformer.reproduce import prepare_folder
+    from flatformer.publish.reproduce import prepare_folder
 
     (tmp_path / "run").mkdir()
     config = tmp_path / "run" / "config.json"

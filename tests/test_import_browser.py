@@ -61,7 +61,7 @@ def write_big_float32_source(folder):
 def test_a_float32_model_of_1m_parameters_opens_before_its_circuits_are_drawn(
     chromium, tmp_path, monkeypatch
 ):
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     write_big_float32_source(tmp_path)
     run = write_run(

@@ -8,7 +8,7 @@ import torch
 
 from flatformer.errors import FlatformerError
 from flatformer.importers import hf_gpt2
-from flatformer.transformer import Transformer
+from flatformer.model.transformer import Transformer
 
 
 def gpt2(folder, safe: bool, **overrides):
@@ -91,7 +91,7 @@ def save_word_tokenizer(folder, words):
 def test_tokens_with_whitespace_are_shown_by_name_and_the_page_opens(tmp_path):
     from flatformer.explorer import render_html
     from flatformer.importers.run import read_source, write_run
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     gpt2(tmp_path, True)
     words = ["<unk>", " ", "\n", "a b", "\tc"] + [f"w{i}" for i in range(8)]

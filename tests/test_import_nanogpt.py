@@ -9,7 +9,7 @@ from torch import nn
 
 from flatformer.errors import FlatformerError
 from flatformer.importers import nanogpt
-from flatformer.transformer import Transformer
+from flatformer.model.transformer import Transformer
 
 
 class Attention(nn.Module):
@@ -154,7 +154,7 @@ def write_source(folder, chars="abcdefghi \n"):
 
 def test_import_writes_a_run_whose_model_and_task_are_the_source(tmp_path):
     from flatformer.importers.run import read_source, write_run
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     gpt = write_source(tmp_path)
     write_run(*read_source(tmp_path / "ckpt.pt", None, tmp_path / "meta.pkl"), tmp_path / "run")

@@ -7,8 +7,8 @@ import torch
 
 from flatformer.explorer.export import export_run, flat_weights, weights_of
 from flatformer.importers.run import read_source, write_run
-from flatformer.checkpoints import checkpoint_bytes
-from flatformer.runs import load_run
+from flatformer.store.checkpoints import checkpoint_bytes
+from flatformer.store.runs import load_run
 from flatformer.store.layout import checkpoint_path
 from flatformer.store.write import atomic_write
 from test_import_nanogpt import make

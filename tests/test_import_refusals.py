@@ -23,7 +23,7 @@ TL_REFUSALS = [
     ("attn_scores_soft_cap", 50.0, GROKKING),
     ("eps", 1e-6, LN),
     ("act_fn", "silu", GROKKING),
-    ("attention_dir", "bidirectional", GROKKING),
+    ("attention_dir", "sideways", GROKKING),
     ("attn_scale", 2.5, GROKKING),
 ]
 

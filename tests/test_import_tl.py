@@ -12,7 +12,7 @@ from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_check
 
 from flatformer.errors import FlatformerError
 from flatformer.importers import tlens
-from flatformer.transformer import Transformer
+from flatformer.model.transformer import Transformer
 
 
 # The grokking config of TransformerLens's own demo (attention-free of LayerNorm, d_vocab_out

@@ -15,7 +15,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from flatformer.errors import FlatformerError
 from flatformer.importers import tl_source, tlens
-from flatformer.transformer import Transformer
+from flatformer.model.transformer import Transformer
 
 
 def hf_bridge(folder, n_inner, dtype=torch.float64, scale=None):

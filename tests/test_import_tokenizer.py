@@ -166,7 +166,7 @@ def test_a_padded_vocabulary_imports_with_its_extra_rows_named_unused(tmp_path):
     made = cli_here("import", tmp_path, "--out", tmp_path / "run")
     assert made.returncode == 0, made.stderr
     assert "5 rows unused" in made.stdout and f"<unused {n}>" in made.stdout
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     task = load_run(tmp_path / "run").task
     assert task.vocab[n:] == [f"<unused {i}>" for i in range(n, n + 5)]

@@ -11,14 +11,14 @@ from flatformer.engine.kernels import beside, drivers
 from flatformer.engine.kernels.entries import Text
 from flatformer.engine.select import COMPILED, NUMPY, choose
 from flatformer.config import preset
-from flatformer.data import Corpus, TaskData
+from flatformer.tasks.windows import Corpus, TaskData
 from flatformer.errors import FlatformerError
-from flatformer.evaluate import evaluate
+from flatformer.training.evaluate import evaluate
 from flatformer.engine.model import backward, cross_entropy, forward
 from flatformer.tasks import get_task
-from flatformer.jobs import Job
-from flatformer.recipes import get_recipe
-from flatformer.train import Trainer
+from flatformer.training.jobs import Job
+from flatformer.training.recipes import get_recipe
+from flatformer.training.trainer import Trainer
 
 from conftest import CONFIGS
 from test_model import random_batch
@@ -272,8 +272,8 @@ def test_imported_model_features_never_reach_the_compiled_path():
 def test_the_numpy_engine_never_touches_the_compiled_kernels(tmp_path, monkeypatch):
     """--engine numpy: training, its evaluations and the compile notice all stay in model.py,
     though the compiled path covers the model and `auto` would take it."""
-    from flatformer.jobs import JobSpec
-    from flatformer.pipeline import train_job
+    from flatformer.training.jobs import JobSpec
+    from flatformer.publish.pipeline import train_job
 
     spec = JobSpec("plus-last-even", out_dir=tmp_path / "run", overrides={"steps": 200})
     assert spec.build()[0].engine == COMPILED  # auto: the kernels, without the patch below

@@ -110,7 +110,7 @@ def attributes():
 
 before = attributes()
 if sys.argv[1] == "flatformer":
-    from flatformer.cli import main
+    from flatformer.commands.cli import main
     from flatformer.engine.kernels import evaluate_kernel
     try:
         main(["train", "plus-last-even", "--out", sys.argv[2]])

@@ -4,9 +4,9 @@ import pytest
 from clitools import assert_one_line_error, cli
 
 from flatformer.errors import FlatformerError
-from flatformer.jobs import build_job, capped_note
-from flatformer.runs import load_run
-from flatformer.train import train
+from flatformer.training.jobs import build_job, capped_note
+from flatformer.store.runs import load_run
+from flatformer.training.trainer import train
 
 
 def test_the_cap_shortens_the_recipe_and_candidates_are_still_chosen(tmp_path, monkeypatch):

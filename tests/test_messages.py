@@ -12,10 +12,10 @@ import torch
 from clitools import assert_one_line_error, cli_here
 
 from flatformer.config import preset
-from flatformer.suggest import closest, did_you_mean
+from flatformer.errors import closest, did_you_mean
 from flatformer.tasks import TASKS, get_task
 from flatformer.tasks.base import split_word
-from flatformer.train import get_recipe
+from flatformer.training.trainer import get_recipe
 
 torch.set_num_threads(1)
 

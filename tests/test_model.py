@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from flatformer.bridge import TorchTransformer
+from flatformer.model.bridge import TorchTransformer
 from flatformer.config import ModelConfig, preset
 from flatformer.errors import FlatformerError
 from flatformer.engine.model import (
@@ -14,7 +14,7 @@ from flatformer.engine.model import (
     hook_names,
     init_params,
 )
-from flatformer.transformer import Transformer
+from flatformer.model.transformer import Transformer
 
 
 def random_batch(cfg, S=3, B=4, seed=0):

@@ -14,10 +14,10 @@ import pytest
 
 from conftest import make_run
 from flatformer.errors import FlatformerError
-from flatformer.evaluate import evaluate_run
+from flatformer.training.evaluate import evaluate_run
 from flatformer.movies import MOVIES, formats, load_checkpoints, movie_names, prepare, render
-from flatformer.checkpoints import read_checkpoint
-from flatformer.runs import load_run
+from flatformer.store.checkpoints import read_checkpoint
+from flatformer.store.runs import load_run
 from flatformer.store.layout import checkpoint_path
 
 

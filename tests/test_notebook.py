@@ -12,7 +12,7 @@ import pytest
 import flatformer
 from flatformer.errors import FlatformerError
 from flatformer.explorer import render_html
-from flatformer.notebook import Explorer, show
+from flatformer.publish.notebook import Explorer, show
 
 from conftest import make_run
 
@@ -38,7 +38,7 @@ def test_importing_flatformer_stays_light():
     # show is looked up lazily: a plain import must not pull in the explorer or matplotlib.
     code = (
         "import sys, flatformer; "
-        "print(sorted(m for m in ('flatformer.notebook', 'flatformer.explorer', 'matplotlib')"
+        "print(sorted(m for m in ('flatformer.publish.notebook', 'flatformer.explorer', 'matplotlib')"
         " if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -58,13 +58,13 @@ def test_show_embeds_the_whole_page_in_a_sandboxed_iframe(small_run):
 
 
 def test_show_defaults_to_the_last_checkpoint(small_run):
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     assert show(small_run).document == render_html(load_run(small_run), 300)
 
 
 def test_show_of_an_in_memory_model(small_run):
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     run = load_run(small_run)
     shown = show(run.model(), vocab=run.vocab)
@@ -86,7 +86,7 @@ def test_show_bad_input_is_one_clear_error(small_run, call, message):
 
 
 def test_show_of_a_model_needs_its_vocab(small_run):
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     with pytest.raises(FlatformerError, match="vocab"):
         show(load_run(small_run).model())

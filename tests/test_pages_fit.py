@@ -73,8 +73,8 @@ def report_page(tmp_path_factory, paper_run):
     from flatformer.analysis.algorithm import run_checks
     from flatformer.edges.methods import build_problem, find_circuits
     from flatformer.explorer import render_html
-    from flatformer.report import Report, render
-    from flatformer.runs import load_run
+    from flatformer.publish.report import Report, render
+    from flatformer.store.runs import load_run
 
     folder = tmp_path_factory.mktemp("report")
     run = load_run(paper_run)

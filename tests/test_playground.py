@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from flatformer.config import preset
-from flatformer.data import TaskData
-from flatformer.evaluate import evaluate
+from flatformer.tasks.windows import TaskData
+from flatformer.training.evaluate import evaluate
 from flatformer.explorer.page import CONSTANTS
 from flatformer.engine.model import Params, backward, cross_entropy, forward, init_params
 from flatformer.engine.dtypes import default_dtype
 from flatformer.engine.optim import AdamW
 from flatformer.tasks import get_task
-from flatformer.train import get_recipe
+from flatformer.training.trainer import get_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = shutil.which("node")
@@ -89,11 +89,13 @@ def fixture() -> dict:
     params = init_params(cfg, [np.random.default_rng(2)], 0.3)
     start = params.flat.copy()
     opt = AdamW(params.flat, recipe.betas, recipe.eps, recipe.weight_decay)
-    batches = []
+    batches, losses = [], []
     for step in range(recipe.steps):
         batch = batch_of(task, cfg, rng, size=8)
         batches.append(as_batch(*batch))
-        opt.step(grads_of(cfg, params.flat, *batch)[1], recipe.lr_at(step))
+        loss, grad = grads_of(cfg, params.flat, *batch)
+        losses.append(loss)
+        opt.step(grad, recipe.lr_at(step))
     adam = {
         "cfg": cfg.to_dict(),
         "params": start.tolist(),
@@ -104,6 +106,7 @@ def fixture() -> dict:
         "recipe": recipe.to_dict(),
         "final": params.flat.tolist(),
         "v": opt.v.tolist(),
+        "losses": losses,
     }
     held = []
     for name in TASKS:
@@ -194,7 +197,7 @@ def test_playground_command_writes_one_offline_page(tmp_path):
 def test_javascript_recipe_equals_get_recipe(name, steps):
     """The page's recipe is train.get_recipe's: the default, the task's defaults, the steps
     (with the selection step moved for short runs); and Recipe accepts it as it is."""
-    from flatformer.train import Recipe
+    from flatformer.training.trainer import Recipe
 
     from flatformer.explorer.page import CONSTANTS
 

@@ -39,7 +39,7 @@ def trained(tmp_path_factory, chromium):
     page = watched.page
     wait(page, "window.flatformer !== undefined")
     result = page.evaluate(
-        "() => window.flatformer.train({task: 'plus-last-even', seed: 3, steps: 600})"
+        "() => window.flatformer.training.trainer({task: 'plus-last-even', seed: 3, steps: 600})"
     )
     archive = bytes(
         page.evaluate("async () => Array.from(new Uint8Array(await window.flatformer.exportRun()))")
@@ -115,7 +115,7 @@ def test_gradients_in_chromium_equal_numpy(trained):
 def test_adamw_in_chromium_equals_numpy(trained):
     """30 AdamW steps of the default recipe on the same batches, in Chromium and in NumPy."""
     from flatformer.engine.optim import AdamW
-    from flatformer.train import get_recipe
+    from flatformer.training.trainer import get_recipe
 
     page = trained[0].page
     cfg = preset("paper-2d", 12)
@@ -183,11 +183,11 @@ def test_the_edge_graph_on_the_paused_weights_equals_numpy(trained):
     """Explore: the edge graph mean-ablates over the held-out windows Python's analyses use
     (readout.reference_windows); cutting one edge shows the KL the NumPy edge graph gives on
     the same weights, and no circuit is highlighted (the playground has none)."""
-    from flatformer.data import TaskData
+    from flatformer.tasks.windows import TaskData
     from flatformer.edges.graph import EdgeGraph
     from flatformer.edges.methods import sender_outputs
     from flatformer.readout import kl_divergence, reference_windows
-    from flatformer.runs import load_run
+    from flatformer.store.runs import load_run
 
     watched, _, folder = trained
     page = watched.page
@@ -228,7 +228,9 @@ def test_the_edge_graph_on_the_paused_weights_equals_numpy(trained):
 def test_pause_holds_the_step_and_the_slider_replays(trained):
     """Runs last: it starts a new training on the page of the others."""
     page = trained[0].page
-    page.evaluate("() => { window.flatformer.train({task: 'successor', seed: 1, steps: 20000}); }")
+    page.evaluate(
+        "() => { window.flatformer.training.trainer({task: 'successor', seed: 1, steps: 20000}); }"
+    )
     wait(page, "window.flatformer.state().step >= 300")
     page.click("#pg-pause")
     time.sleep(0.3)

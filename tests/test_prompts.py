@@ -8,8 +8,8 @@ import torch
 
 from flatformer.commands.circuits import circuits_report
 from flatformer.errors import FlatformerError
-from flatformer.prompts import read_examples, task_examples
-from flatformer.runs import load_run
+from flatformer.tasks.prompts import read_examples, task_examples
+from flatformer.store.runs import load_run
 
 torch.set_num_threads(1)
 

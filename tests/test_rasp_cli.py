@@ -4,7 +4,7 @@ import json
 
 from clitools import assert_one_line_error, cli_here
 
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 
 SHIFT = """
 from flatformer import rasp
@@ -80,8 +80,6 @@ def test_commands_that_attend_causally_refuse_a_compiled_run(tmp_path):
     cli_here("compile", source, "--vocab", "0,1", "--max-len", "3", "--out", tmp_path / "run")
     explore = cli_here("explore", tmp_path / "run", "--out", tmp_path / "page.html")
     assert_one_line_error(explore, "the explorer page computes causal attention only")
-    circuits = cli_here("circuits", tmp_path / "run")
-    assert_one_line_error(circuits, "circuits computes causal attention only")
     train = cli_here("train", "plus-last-even", "--set", "causal=false", "--out", tmp_path / "t")
     assert_one_line_error(train, "training (next-token prediction) computes causal attention only")
     numpy = cli_here(
@@ -95,3 +93,36 @@ def test_commands_that_attend_causally_refuse_a_compiled_run(tmp_path):
         tmp_path / "t",
     )
     assert_one_line_error(numpy, "training (next-token prediction) computes causal attention only")
+
+
+def test_a_compiled_run_records_its_circuit_and_circuits_scores_against_it(tmp_path):
+    """The shift program reads the token two places on: its head's query and key read the
+    indices (pos) and the always-on direction (tok), its value the tokens, and it writes the
+    logits. Every method is scored against that circuit; targets name the program's values."""
+    source = tmp_path / "shift.py"
+    source.write_text(SHIFT)
+    cli_here("compile", source, "--vocab", "0,1,2,3", "--max-len", "4", "--out", tmp_path / "run")
+    known = load_run(tmp_path / "run").config["imported"]["circuit"]
+    assert known["source"] == "compiled program"
+    assert sorted(map(tuple, known["edges"])) == [
+        ("a0.0", "logits"),
+        ("pos", "a0.0.k"),
+        ("pos", "a0.0.q"),
+        ("tok", "a0.0.k"),
+        ("tok", "a0.0.q"),
+        ("tok", "a0.0.v"),
+    ]
+    # position 2 reads the last token (index 4); the two before it read past the end (None)
+    lines = [
+        json.dumps({"prompt": "BOS " + " ".join(map(str, xs)), "target": "None"})
+        for xs in ((0, 1, 2, 3), (3, 2, 1, 0), (1, 1, 3, 0))
+    ]
+    (tmp_path / "ex.jsonl").write_text("\n".join(lines))
+    args = ("circuits", tmp_path / "run", "--prompts", tmp_path / "ex.jsonl", "--ablation", "zero")
+    made = cli_here(*args, "--json")
+    assert made.returncode == 0, made.stderr
+    scored = json.loads(made.stdout)["known_circuit"]
+    assert scored["edges"] == 6 and set(scored["methods"]) == {"exact", "eap", "eap_ig", "acdc"}
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"prompt": "BOS 0 1 2 3", "target": "7"}))
+    bad = cli_here("circuits", tmp_path / "run", "--prompts", tmp_path / "bad.jsonl")
+    assert_one_line_error(bad, "target must be one of the model's outputs (0, 1, 2, 3, None)")

@@ -10,7 +10,7 @@ from flatformer.errors import FlatformerError
 from flatformer.rasp import library as lib
 from flatformer.rasp.compile import compile_rasp_to_model
 from flatformer.rasp.validate import validate
-from flatformer.transformer import Transformer
+from flatformer.model.transformer import Transformer
 
 DIGITS, LETTERS, PARENS = [1, 2, 3], ["a", "b", "c"], ["(", ")"]
 

@@ -129,7 +129,7 @@ def test_rerunning_resumes_the_same_run_and_refuses_a_different_one(made):
 
 
 def test_the_report_opens_with_one_measure_per_step_each_at_its_explorer_panel():
-    from flatformer.report import explorer_view, step_headlines
+    from flatformer.publish.report import explorer_view, step_headlines
 
     rows = [
         {"step": s, "measure": m, "shown": v}

@@ -43,9 +43,8 @@ RAW = {
 RAW_ALLOWED = {
     ("flatformer/explorer/page.py", "read_text"): "the page's own template, in the package",
     ("flatformer/explorer/playground_page.py", "read_text"): "the playground's template, ditto",
-    ("flatformer/report.py", "read_text"): "the report's style sheets, in the package",
+    ("flatformer/publish/report.py", "read_text"): "the report's style sheets, in the package",
     ("flatformer/tasks/tiny_grammar.py", "read_text"): "the grammar's corpus, in the package",
-    ("flatformer/resources.py", "open"): "/proc/meminfo: the kernel's memory count",
     ("flatformer/movies/encode.py", "open"): (
         "a movie's parts, created under its own names inside the movie folder the store "
         "claimed (pipeline.write_movies) and read back to be joined"
@@ -53,9 +52,15 @@ RAW_ALLOWED = {
     ("flatformer/movies/encode.py", "replace"): "the joined movie, renamed over its own name",
     ("flatformer/movies/encode.py", "unlink"): "the parts it wrote, once joined",
     ("flatformer/movies/render.py", "unlink"): "the parts of a render that failed",
-    ("flatformer/report.py", "get_reader"): "a movie `animate` just wrote in its claimed folder",
-    ("flatformer/reproduce.py", "rmtree"): "--force: its own run folder, links refused first",
-    ("flatformer/reproduce.py", "unlink"): "--force: its own analysis.json and report.html",
+    (
+        "flatformer/publish/report.py",
+        "get_reader",
+    ): "a movie `animate` just wrote in its claimed folder",
+    (
+        "flatformer/publish/reproduce.py",
+        "rmtree",
+    ): "--force: its own run folder, links refused first",
+    ("flatformer/publish/reproduce.py", "unlink"): "--force: its own analysis.json and report.html",
     ("flatformer/commands/geometry.py", "save"): "rsatoolbox's HDF5 into store.write.atomic_path",
 }
 # Methods that share a name with a file call but take no file: str.replace, list.remove, ...
@@ -150,7 +155,8 @@ def test_config_json_has_one_writer():
 
 
 def test_every_command_is_a_module_the_checks_above_read():
-    from flatformer.cli import app, load_commands
+    from flatformer.commands.app import app
+    from flatformer.commands.cli import load_commands
 
     load_commands()
     commands = [*app.registered_commands, *(c for g in app.registered_groups

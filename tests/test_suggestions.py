@@ -60,8 +60,8 @@ def test_the_memory_and_disk_refusals_of_train_suggest_what_is_accepted(
     world,  # noqa: F811
     monkeypatch,
 ):
-    from flatformer import resources
-    from flatformer.jobs import JobSpec
+    from flatformer.store import resources
+    from flatformer.training.jobs import JobSpec
 
     job, _ = JobSpec("plus-last-even", None, None, 0, (0, 1, 2, 3), "a", {"steps": 20}).build()
     fits_two = resources.memory_needed(job.cfg, job.recipe, 2) + 1

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flatformer.evaluate import evaluate_run
-from flatformer.runs import load_run
+from flatformer.training.evaluate import evaluate_run
+from flatformer.store.runs import load_run
 from flatformer.sweep import (
     connect_ray,
     expand,

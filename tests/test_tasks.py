@@ -8,12 +8,12 @@ import pytest
 
 from flatformer.analysis.report import default_prompts
 from flatformer.config import ModelConfig, preset
-from flatformer.data import TaskData, evenly_spaced
-from flatformer.evaluate import evaluate, logits_at
+from flatformer.tasks.windows import TaskData, evenly_spaced
+from flatformer.training.evaluate import evaluate, logits_at
 from flatformer.engine.model import Params, init_params
 from flatformer.tasks import TASKS, get_task
 from flatformer.tasks.tiny_grammar import CORPUS, WORDS, TinyGrammar
-from flatformer.train import get_recipe
+from flatformer.training.trainer import get_recipe
 
 NAMES = sorted(TASKS)
 

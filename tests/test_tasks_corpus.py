@@ -8,14 +8,14 @@ import sys
 import numpy as np
 import pytest
 
-from flatformer.analysis.sampling import generate
+from flatformer.readout.sampling import generate
 from flatformer.config import preset
 from flatformer.errors import FlatformerError
-from flatformer.evaluate import evaluate_run
-from flatformer.runs import load_run
+from flatformer.training.evaluate import evaluate_run
+from flatformer.store.runs import load_run
 from flatformer.tasks import get_task, task_for_run
 from flatformer.tasks.corpus import CorpusTask
-from flatformer.train import Job, get_recipe, train
+from flatformer.training.trainer import Job, get_recipe, train
 
 HTML = (
     "<b>the</b> cat &amp; <script>alert('x')</script> dog sat . <i>a</i> \"bird\" sang . "

@@ -6,12 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from flatformer.analysis.sampling import generate
-from flatformer.jobs import build_job
+from flatformer.readout.sampling import generate
+from flatformer.training.jobs import build_job
 from flatformer.engine.model import Params, cross_entropy, forward
-from flatformer.runs import load_run
+from flatformer.store.runs import load_run
 from flatformer.tasks import TASKS, get_task
-from flatformer.train import train
+from flatformer.training.trainer import train
 
 TRAINED = {}
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_import_hf import gpt2
 from test_import_nanogpt import write_source
 
-from flatformer.terminal import BIDI, shown
+from flatformer.commands.terminal import BIDI, shown
 
 TITLE = "\x1b]0;pwned\x07"  # sets the terminal window's title
 

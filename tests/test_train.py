@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-from flatformer.bridge import TorchTransformer
+from flatformer.model.bridge import TorchTransformer
 from flatformer.config import preset
-from flatformer.data import TaskData
+from flatformer.tasks.windows import TaskData
 from flatformer.errors import FlatformerError
-from flatformer.checkpoints import checkpoint_bytes as file_bytes
-from flatformer.checkpoints import read_checkpoint
-from flatformer.jobs import Job
-from flatformer.recipes import get_recipe
-from flatformer.runs import load_run
+from flatformer.store.checkpoints import checkpoint_bytes as file_bytes
+from flatformer.store.checkpoints import read_checkpoint
+from flatformer.training.jobs import Job
+from flatformer.training.recipes import get_recipe
+from flatformer.store.runs import load_run
 from flatformer.tasks import get_task
-from flatformer.train import Trainer, batch_indices, train
+from flatformer.training.trainer import Trainer, batch_indices, train
 
 TASK = get_task("plus-last-even")
 

@@ -24,11 +24,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..data import TaskData
+from ..tasks.windows import TaskData
 from ..readout import combined_points, projections, write_heads
 from ..tasks.base import Recall, recall_sources
-from ..transformer import Transformer
-from .geometry import ladder, separation
+from ..model.transformer import Transformer
+from .hulls import ladder, separation
 
 
 # ---- the measures ---------------------------------------------------------------------------

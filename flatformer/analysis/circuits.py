@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 
 
 @dataclass

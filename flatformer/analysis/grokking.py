@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evaluate import logits_at
+from ..training.evaluate import logits_at
 from ..engine.model import Params, backward, forward
 
 KEY_SHARE = 0.9  # key frequencies: the fewest holding this share of W_L's energy

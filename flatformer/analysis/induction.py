@@ -36,7 +36,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..readout.probs import log_softmax
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 
 BASELINE_DRAWS = 200
 LOSS_WINDOWS = 128  # fixed training windows for the loss curves over checkpoints
@@ -273,7 +273,7 @@ def loss_bump(steps, train_loss, phase_step: int) -> int | None:
 def phase_change(run, steps: list[int] | None = None, progress=None) -> PhaseChange:
     """Scores, training loss and in-context loss at each checkpoint (default: all of them),
     the losses on the same fixed training windows every time (the first LOSS_WINDOWS)."""
-    from ..data import TaskData
+    from ..tasks.windows import TaskData
 
     steps = list(run.steps if steps is None else steps)
     data = TaskData.build(run.task, run.cfg.n_ctx, run.config.get("data_seed", 0))

@@ -2,8 +2,7 @@
 
 The knobs (head zero/mean ablation, MLP off, positions off, attention scaled by beta) and their
 cost, KL(original || changed), live in the numeric layer, `flatformer.readout.knobs`, shared with
-the explorer page; they are re-exported here only for code (the tests) that imports them from
-this module. A patch is a hook like any knob: `{activation name: fn(activation, name)}`.
+the explorer page. A patch is a hook like any knob: `{activation name: fn(activation, name)}`.
 """
 
 from __future__ import annotations
@@ -11,13 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FlatformerError
-from ..readout.batches import next_token_logits  # noqa: F401
 from ..readout.knobs import (
     Hooks,
     Knob,
     combine,
     head_means,
-    knob_kls,  # noqa: F401
     mean_head,
     mlp_off,
     positions_off,
@@ -26,8 +23,8 @@ from ..readout.knobs import (
     switches,
     zero_head,
 )
-from ..readout.probs import kl_divergence, log_softmax  # noqa: F401
-from ..transformer import Transformer
+from ..readout.probs import kl_divergence
+from ..model.transformer import Transformer
 
 
 def _axes(name: str):
@@ -112,3 +109,43 @@ def patching_sweep(model: Transformer, clean, corrupt, names: list[str] | None =
                 restored[i, t] = ((diff(logits) - base)[defined] / gap[defined]).mean()
             kl[i, t] = kl_divergence(clean_logits[:, -1], logits[:, -1]).mean()
     return names, restored, kl
+
+
+def _json_rows(a: np.ndarray) -> list:
+    """Rows of floats for JSON, a position no patch reaches (NaN) as None."""
+    return [[None if np.isnan(v) else float(v) for v in r] for r in a]
+
+
+def pair_patching(model, clean, corrupt) -> dict:
+    """`patching_sweep` of one clean prompt into its corrupt one, as the report shows it."""
+    names, restored, kl = patching_sweep(model, clean, corrupt)
+    return {"names": names, "restored": _json_rows(restored), "kl": kl.tolist()}
+
+
+def example_patching(model, task, examples) -> dict:
+    """Activation patching of each clean prompt into its corrupt one, positions counted back
+    from the read position (prompts of different lengths align there): per length, patching as
+    `--patch` does it over that length's examples, then the mean over lengths weighted by their
+    examples, over the last positions every prompt has."""
+    tokens, index, _, corrupt, _ = examples
+    lengths = np.unique(index + 1)
+    m = int(lengths.min())
+    total = weight = kl_total = 0.0
+    for L in lengths:
+        rows = np.flatnonzero(index + 1 == L)
+        names, restored, kl = patching_sweep(model, tokens[rows, :L], corrupt[rows, :L])
+        part = restored[:, L - m :]
+        seen = ~np.isnan(part)
+        total = total + np.where(seen, part, 0.0) * len(rows)
+        weight = weight + seen * len(rows)
+        kl_total = kl_total + kl[:, L - m :] * len(rows)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        restored = np.where(weight > 0, total / np.maximum(weight, 1e-300), np.nan)
+    return {
+        "clean": f"{len(index)} example prompts, e.g. {task.decode(tokens[0, : index[0] + 1])}",
+        "corrupt": f"their corrupt prompts, e.g. {task.decode(corrupt[0, : index[0] + 1])}",
+        "names": names,
+        "positions": [str(t - m + 1) if t < m - 1 else "last" for t in range(m)],
+        "restored": _json_rows(restored),
+        "kl": (kl_total / len(index)).tolist(),
+    }

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..readout import Hooks, by_length, kl_divergence, unembed, write_heads
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 
 EXACT_NOTE = "exact: no final LayerNorm, the stream goes straight into W_U"
 EXACT_NOTE_LN = (

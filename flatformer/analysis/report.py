@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import TaskData, evenly_spaced
+from ..tasks.windows import TaskData, evenly_spaced
 from ..edges.methods import build_problem, find_circuits
-from ..errors import FlatformerError
-from ..evaluate import evaluate
-from ..store.read import read_text
+from ..training.evaluate import evaluate
 from ..engine.model import Params
 from ..readout import KL_DIRECTION, by_length, knob_kls, reference_windows, standard_knobs
 from .algorithm import run_checks
@@ -19,7 +17,6 @@ from .induction import induction_report
 from .lens import contributions, lens_note, lens_summary
 
 MAX_PROMPTS = 200
-MAX_PROMPTS_BYTES = 1_000_000  # a prompts file is read whole
 
 
 def default_prompts(task, data: TaskData, limit: int = MAX_PROMPTS) -> list[np.ndarray]:
@@ -37,28 +34,6 @@ def default_prompts(task, data: TaskData, limit: int = MAX_PROMPTS) -> list[np.n
         windows = list(data.val_inputs)
     keep = evenly_spaced(len(windows), max(limit - len(prompts), 0))
     return (prompts + [windows[i] for i in keep])[:limit]
-
-
-def read_prompts(path, task, n_ctx: int) -> tuple[list[np.ndarray], int]:
-    """Prompts from a file, one per line (space-separated tokens; blank lines and lines starting
-    with # are skipped). A prompt longer than the context is read through its last n_ctx tokens,
-    as the model would see it while generating. Returns (prompts, how many were cut)."""
-    prompts, cut = [], 0
-    text = read_text(path, "prompts file", MAX_PROMPTS_BYTES)
-    for number, line in enumerate(text.splitlines(), 1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        try:
-            tokens = task.encode(text)
-        except FlatformerError as exc:
-            raise FlatformerError(f"{path} line {number}: {exc}") from None
-        if len(tokens) > n_ctx:
-            tokens, cut = tokens[-n_ctx:], cut + 1
-        prompts.append(np.asarray(tokens, dtype=np.int64))
-    if not prompts:
-        raise FlatformerError(f"prompts file {path} holds no prompt")
-    return prompts, cut
 
 
 def _summary(values: np.ndarray) -> dict:

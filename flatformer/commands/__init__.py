@@ -1,2 +1,2 @@
 """One module per command group; each registers its commands on the application of `app.py`
-(never importing `flatformer.cli`, which loads them)."""
+(never importing `flatformer.commands.cli`, which loads them)."""

@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..limits import strict_json
-from ..labels import short
+from ..store.limits import strict_json
+from ..readout.labels import short
 from ..analysis.circuits import TOP_K
 from ..errors import FlatformerError
 from .app import app, out
@@ -284,23 +284,21 @@ def analyze(
 ):
     """Measure a checkpoint: the task's algorithm, knobs (head/MLP/position ablations, attention
     scaling) with their KL, logit lens and attribution, and each head's QK/OV singular values."""
-    from ..analysis.interventions import patching_sweep
+    from ..analysis.interventions import example_patching, pair_patching
     from ..analysis.report import analyze as run_analysis
-    from ..analysis.report import read_prompts
-    from ..runs import load_run
+    from ..tasks.prompts import is_examples_file, read_examples, read_lines
+    from ..store.runs import load_run
 
     loaded = load_run(run)
     if k < 1:
         raise FlatformerError(f"--k must be >= 1, got {k}")
     given, source, examples = None, None, None
     if prompts is not None and is_examples_file(prompts):
-        from ..prompts import read_examples
-
-        examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx)
+        examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx, loaded.vocab_out)
         tokens, index = examples[0], examples[1]
         given, source = [row[: i + 1] for row, i in zip(tokens, index)], f"examples from {prompts}"
     elif prompts is not None:
-        given, cut = read_prompts(prompts, loaded.task, loaded.cfg.n_ctx)
+        given, cut = read_lines(prompts, loaded.task, loaded.cfg.n_ctx)
         source = f"from {prompts}" + (
             f", {cut} cut to their last {loaded.cfg.n_ctx} tokens" if cut else ""
         )
@@ -309,66 +307,12 @@ def analyze(
         report["patching"] = example_patching(loaded.model(report["step"]), loaded.task, examples)
     if patch:
         clean, corrupt = (loaded.task.encode(p) for p in patch)
-        names, restored, kl = patching_sweep(loaded.model(report["step"]), clean, corrupt)
-        report["patching"] = {
-            "clean": patch[0],
-            "corrupt": patch[1],
-            "names": names,
-            "restored": [[None if np.isnan(v) else float(v) for v in r] for r in restored],
-            "kl": kl.tolist(),
-        }
+        report["patching"] = pair_patching(loaded.model(report["step"]), clean, corrupt)
+        report["patching"].update(clean=patch[0], corrupt=patch[1])
     if as_json:
         print(strict_json(report))
     else:
         render_report(report)
-
-
-def is_examples_file(path: Path) -> bool:
-    """A JSON-lines prompts file: its first line that is not blank or a # comment parses as a
-    JSON object (a plain prompt never does: it is tokens separated by spaces)."""
-    from ..analysis.report import MAX_PROMPTS_BYTES
-    from ..errors import FlatformerError
-    from ..store.read import parse_json, read_text
-
-    for line in read_text(path, "prompts file", MAX_PROMPTS_BYTES).splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            try:
-                return isinstance(parse_json(line, "prompts file"), dict)
-            except FlatformerError:  # a plain prompt, or deep nesting read as one
-                return False
-    return False
-
-
-def example_patching(model, task, examples) -> dict:
-    """Activation patching of each clean prompt into its corrupt one, positions counted back
-    from the read position (prompts of different lengths align there): per length, patching as
-    `--patch` does it over that length's examples, then the mean over lengths weighted by their
-    examples, over the last positions every prompt has."""
-    from ..analysis.interventions import patching_sweep
-
-    tokens, index, _, corrupt, _ = examples
-    lengths = np.unique(index + 1)
-    m = int(lengths.min())
-    total = weight = kl_total = 0.0
-    for L in lengths:
-        rows = np.flatnonzero(index + 1 == L)
-        names, restored, kl = patching_sweep(model, tokens[rows, :L], corrupt[rows, :L])
-        part = restored[:, L - m :]
-        seen = ~np.isnan(part)
-        total = total + np.where(seen, part, 0.0) * len(rows)
-        weight = weight + seen * len(rows)
-        kl_total = kl_total + kl[:, L - m :] * len(rows)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        restored = np.where(weight > 0, total / np.maximum(weight, 1e-300), np.nan)
-    return {
-        "clean": f"{len(index)} example prompts, e.g. {task.decode(tokens[0, : index[0] + 1])}",
-        "corrupt": f"their corrupt prompts, e.g. {task.decode(corrupt[0, : index[0] + 1])}",
-        "names": names,
-        "positions": [str(t - m + 1) if t < m - 1 else "last" for t in range(m)],
-        "restored": [[None if np.isnan(v) else float(v) for v in r] for r in restored],
-        "kl": (kl_total / len(index)).tolist(),
-    }
 
 
 def _head(text: str) -> tuple[int, int]:
@@ -416,7 +360,7 @@ def generate(
     optionally with heads, MLPs or positions switched off or the attention scaled."""
     from ..readout import switches
     from ..readout import generate as sample
-    from ..runs import load_run
+    from ..store.runs import load_run
 
     loaded = load_run(run)
     task = loaded.task

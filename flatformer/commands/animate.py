@@ -38,7 +38,7 @@ def animate(
     ),
 ):
     """Learning-dynamics movies (MP4 and GIF), one frame per checkpoint."""
-    from ..pipeline import write_movies
+    from ..publish.pipeline import write_movies
 
     started = time.perf_counter()
     with ProgressDisplay({"movies": "frames"}) as progress:

@@ -15,7 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ..terminal import EscapeHook, shown
+from .terminal import EscapeHook, shown
 
 app = typer.Typer(
     help="flatformer: train a transformer small enough to see through, then look inside it.",

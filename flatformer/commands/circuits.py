@@ -9,9 +9,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..limits import strict_json
+from ..store.limits import strict_json
 from ..errors import FlatformerError
-from ..limits import number, whole
+from ..store.limits import number, whole
 from .app import app, console, out
 
 
@@ -95,6 +95,23 @@ def render_circuits(report: dict, top: int):
         )
     )
     out.print(Text("  " + ", ".join(f"{s}->{d}" for s, d in circuit["edges"])))
+    if "known_circuit" in report:
+        render_known(report["known_circuit"])
+
+
+def render_known(known: dict):
+    out.print()
+    title = f"Methods against the known circuit ({known['edges']} edges, {known['source']})"
+    out.print(Text(title, style="bold"))
+    table = Table("method", "AUC", "precision", "recall", "selected")
+    for c in table.columns[1:]:
+        c.justify = "right"
+    for key, m in known["methods"].items():
+        label = {"exact": "exact + greedy", "eap_ig": "eap-ig"}.get(key, key)
+        table.add_row(
+            label, _f(m["auc"]), _f(m["precision"]), _f(m["recall"]), Text(m["selected_by"])
+        )
+    out.print(table)
 
 
 def parse_path(text: str) -> list[tuple[str, str]]:
@@ -127,7 +144,14 @@ def circuits_report(
 ) -> dict:
     """The JSON report of `flatformer circuits` for a loaded run; with `path` (edges), also
     that path's path-patching effect between the clean and the corrupt prompts."""
-    from ..edges.methods import build_problem, check_memory, find_circuits, path_patch, prompts_for
+    from ..edges.methods import (
+        build_problem,
+        check_memory,
+        find_circuits,
+        known_circuit_scores,
+        path_patch,
+        prompts_for,
+    )
 
     step = run.resolve_step(step)
     # Examples ablated by resampling or zeroing need no task data (an imported model has none)
@@ -145,6 +169,12 @@ def circuits_report(
             )
         patched = {"path": [list(e) for e in path], "effect": path_patch(problem, path)}
     report = find_circuits(problem, methods, target, tau=tau, ig_steps=ig_steps, progress=progress)
+    known = (run.config.get("imported") or {}).get("circuit")
+    if known:
+        report["known_circuit"] = {
+            "source": known["source"],
+            **known_circuit_scores(report, known["edges"]),
+        }
     return {
         "run": str(run.path),
         "task": run.task.name,
@@ -199,18 +229,21 @@ def circuits(
     """Which edges compute the rule: every edge of the model's graph (tok, pos, heads aL.H with
     receivers q/k/v, MLPs mL, logits) ablated alone, the smallest faithful circuit, and EAP,
     EAP-IG and ACDC scored against the exact effects."""
-    from ..config import require_causal
-    from ..runs import load_run
+    from ..store.runs import load_run
 
     loaded = load_run(run)
-    require_causal(loaded.cfg, "the edge graph of circuits")
     examples = None
     if prompts.isdigit():
         prompts = whole("--prompts", int(prompts), 1, 1_000_000)
     else:
-        from ..prompts import read_examples
+        from ..tasks.prompts import read_examples
 
-        examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx)
+        examples = read_examples(prompts, loaded.task, loaded.cfg.n_ctx, loaded.vocab_out)
+        if not loaded.cfg.causal and len(set(examples[1])) > 1:
+            raise FlatformerError(
+                f"{prompts}: this model attends to every position, so the padding after a "
+                "shorter prompt would change what it reads: give prompts of one length"
+            )
         prompts = len(examples[0])
     if not 0 < target <= 1:
         raise FlatformerError(f"--target must be in (0, 1], got {target}")

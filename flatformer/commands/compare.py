@@ -15,7 +15,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..limits import strict_json
+from ..store.limits import strict_json
 from ..errors import FlatformerError
 from ..tasks.base import LEARNED
 from .app import app, console, out
@@ -128,8 +128,8 @@ def save_figure(fig, path: Path):
 def check_compare_memory(run: Path, figures: bool, memory: int | None = None):
     """Refuse before loading a comparison larger than the machine's memory; the estimate on
     stderr."""
-    from ..resources import available_memory, check_memory, compare_memory, gb
-    from ..runs import seed_runs
+    from ..store.resources import available_memory, check_memory, compare_memory, gb
+    from ..store.runs import seed_runs
 
     runs = seed_runs(run)
     if len(runs) < 2:

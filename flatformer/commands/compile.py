@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from ..errors import FlatformerError
-from ..limits import whole
+from ..store.limits import whole
 from .app import app, out
 
 

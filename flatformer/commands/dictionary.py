@@ -90,10 +90,10 @@ def dictionary(
     its held-out windows: L0, FVU, CE loss recovered and KL with the dictionary spliced in,
     dead and dense latents, shrinkage; and which latents fire on which token and position."""
     from ..dictionary.fit import fit_run, write_result
-    from ..limits import strict_json
+    from ..store.limits import strict_json
     from ..store.write import claim_folder
     from ..dictionary.train import Recipe
-    from ..runs import load_run
+    from ..store.runs import load_run
 
     for name, value in (("--steps", steps), ("--batch", batch)):
         if value < 1:

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .. import limits
+from ..store import limits
 from ..errors import FlatformerError
 from .app import app, out
 
@@ -107,7 +107,7 @@ def explore(
     from ..config import require_causal
     from ..explorer.export import export_run
     from ..explorer.page import page_html
-    from ..runs import load_run
+    from ..store.runs import load_run
     from ..store.write import output_file, write_file
 
     if serve:

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..limits import processes
+from ..store.limits import processes
 from .app import ProgressDisplay, app, console, out
 
 
@@ -30,7 +30,7 @@ def figures(
 ):
     """Draw the paper's figures (fig02 to fig15 and the supplementary ones) for a checkpoint;
     for modular-addition first its progress measures and embedding spectrum (grok01, grok02)."""
-    from ..pipeline import draw_suite, parse_formats
+    from ..publish.pipeline import draw_suite, parse_formats
 
     formats = parse_formats(fmt)
     processes("--jobs", jobs)

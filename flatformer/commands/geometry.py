@@ -12,27 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import FlatformerError
-from ..limits import strict_json
+from ..store.limits import strict_json
+from ..tasks.prompts import read_lines
 from .app import app, console, out
-
-MAX_STIMULI_BYTES = 16 << 20  # a million prompts of a few words
-
-
-def read_prompts(path: Path, vocab: list[str]) -> list[list[int]]:
-    """One prompt a line, tokens separated by spaces, each a word of the run's vocabulary."""
-    from ..store.read import read_text
-
-    index = {w: k for k, w in enumerate(vocab)}
-    prompts = []
-    for n, line in enumerate(read_text(path, "--stimuli", MAX_STIMULI_BYTES).splitlines(), 1):
-        words = line.split()
-        if not words:
-            continue
-        bad = [w for w in words if w not in index]
-        if bad:
-            raise FlatformerError(f"--stimuli {path}:{n}: {bad[0]!r} is not in the vocabulary")
-        prompts.append([index[w] for w in words])
-    return prompts
 
 
 def claim_figures(folder: Path) -> Path:
@@ -154,7 +136,7 @@ def geometry(
     from ..rsa.stimuli import short
     from ..rsa.crossnobis import NOISE_METHODS
     from ..rsa.report import geometry_report, parse_measures, seeds_report
-    from ..runs import load_run, seed_runs
+    from ..store.runs import load_run, seed_runs
 
     measures = parse_measures(measure)
     if export:  # refused before the work, not after it
@@ -176,7 +158,11 @@ def geometry(
         print_seeds(report)
         return
     loaded = load_run(run)
-    prompts = read_prompts(stimuli_file, loaded.vocab) if stimuli_file else None
+    prompts = None
+    if stimuli_file:
+        prompts, cut = read_lines(stimuli_file, loaded.task, loaded.cfg.n_ctx, "--stimuli")
+        if cut:
+            console.print(f"geometry: {cut} stimuli cut to their last {loaded.cfg.n_ctx} tokens")
     with console.status("geometry"):
         other = load_run(against) if against else None
         report = geometry_report(
@@ -249,7 +235,7 @@ def print_seeds(report: dict):
     # one column per measure, the successful seeds' mean under the mean over all, so six
     # measures still fit a terminal
     table = Table("activation", *measures)
-    for name, a in report["activations"].items():
+    for name, a in report["by_activation"].items():
         cells = []
         for m in measures:
             s = a[m]["mean_successful"]
@@ -297,8 +283,8 @@ def print_data(d: dict):
     table.add_column("activation", no_wrap=True)
     for heading in ("corr.", "95% CI (bootstrap)", "p (perm.)"):
         table.add_column(heading, no_wrap=True)
-    for a in sorted(d["activations"], key=lambda a: -a["correlation"]):
+    for name, a in sorted(d["by_activation"].items(), key=lambda na: -na[1]["correlation"]):
         ci = "-" if a["ci"] is None else f"[{a['ci'][0]:.3f}, {a['ci'][1]:.3f}]"
         p = "-" if a["p"] is None else f"{a['p']:.4f}"
-        table.add_row(a["name"], f"{a['correlation']:.3f}", ci, p)
+        table.add_row(name, f"{a['correlation']:.3f}", ci, p)
     out.print(table)

@@ -15,11 +15,14 @@ from .app import app, out
 def import_model(
     source: Path = typer.Argument(
         ...,
-        help="A nanoGPT ckpt.pt, a Hugging Face GPT-2 folder, or a TransformerLens state dict.",
+        help="A nanoGPT ckpt.pt, a Hugging Face GPT-2 folder, a TransformerLens state dict, or "
+        "an InterpBench case folder (ll_model.pth, ll_model_cfg.pkl, edges.pkl).",
     ),
     out_dir: Path = typer.Option(..., "--out", help="The run folder to write."),
     fmt: Optional[str] = typer.Option(
-        None, "--format", help="nanogpt, hf-gpt2 or transformer-lens (default: detected)."
+        None,
+        "--format",
+        help="nanogpt, hf-gpt2, transformer-lens or interpbench (default: detected).",
     ),
     vocab: Optional[Path] = typer.Option(
         None,
@@ -58,3 +61,8 @@ def import_model(
         out.print(Text(f"  held-out text: {len(task.tokens):,} tokens from {corpus}"))
     for change in imported.provenance["changes"]:
         out.print(Text(f"  {change}"), soft_wrap=True)
+    if "circuit" in imported.provenance:
+        circuit = imported.provenance["circuit"]
+        out.print(Text(f"  known circuit: {len(circuit['edges'])} edges ({circuit['source']})"))
+    if not cfg.causal:
+        out.print(Text("  attention reads every position (not causal)"))

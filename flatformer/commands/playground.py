@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .. import limits
+from ..store import limits
 from .app import app, out
 
 

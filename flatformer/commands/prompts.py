@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ..limits import whole
+from ..store.limits import whole
 from ..store.write import output_file, write_file
 from .app import app, console
 
@@ -23,8 +23,8 @@ def prompts(
     """Write the task's held-out examples as {"prompt", "target", "corrupt", "corrupt_target"}
     lines, the file `circuits RUN --prompts FILE` reads for a model without a task; on the
     run it came from, it gives the same circuit as the task itself (docs/guide/prompts.md)."""
-    from ..prompts import task_examples
-    from ..runs import load_run
+    from ..tasks.prompts import task_examples
+    from ..store.runs import load_run
 
     whole("-n", n, 1, 1_000_000)
     out_path = output_file(out_path, "--out")

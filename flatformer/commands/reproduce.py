@@ -36,8 +36,8 @@ def reproduce(
 ):
     """The main job: train the paper's model, draw its figures and movies, write the explorer,
     the analysis and DIR/report.html. Re-running resumes the same run."""
-    from ..jobs import parse_sets
-    from ..reproduce import reproduce as run_all
+    from ..training.jobs import parse_sets
+    from ..publish.reproduce import reproduce as run_all
 
     with StagedDisplay() as progress:
         done = run_all(task, preset_name, out_dir, force, progress, parse_sets(sets))

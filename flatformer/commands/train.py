@@ -11,16 +11,16 @@ import typer
 from rich import box
 from rich.table import Table
 
-from ..limits import strict_json
+from ..store.limits import strict_json
 from ..errors import FlatformerError
-from ..jobs import JobSpec, parse_seeds, parse_sets
+from ..training.jobs import JobSpec, parse_seeds, parse_sets
 from ..tasks.base import LEARNED
 from .app import ProgressDisplay, app, out
 
 
 def train_with_progress(job, resume: bool):
     """`pipeline.train_job` with a progress bar named after the task."""
-    from ..pipeline import train_job
+    from ..publish.pipeline import train_job
 
     label = job.task.name if len(job.seeds) == 1 else f"{job.task.name} x{len(job.seeds)}"
     with ProgressDisplay({"train": label}) as progress:
@@ -152,7 +152,7 @@ def eval_cmd(
     """Held-out loss and rule error of a run's checkpoint, or its loss on a text (--corpus)."""
     if corpus is not None:
         return _eval_text(run, step, corpus, as_json)
-    from ..evaluate import evaluate_run
+    from ..training.evaluate import evaluate_run
 
     result = evaluate_run(run, step)
     if as_json:
@@ -172,8 +172,8 @@ def eval_cmd(
 
 
 def _eval_text(run: Path, step: Optional[int], corpus: Path, as_json: bool):
-    from ..runs import load_run
-    from ..text_loss import text_loss
+    from ..store.runs import load_run
+    from ..training.text_loss import text_loss
 
     loaded = load_run(run)
     step = loaded.resolve_step(step)

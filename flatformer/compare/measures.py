@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..analysis import algorithm
-from ..analysis.geometry import ladder, spread
+from ..analysis.hulls import ladder, spread
 from ..config import ModelConfig
-from ..data import TaskData
+from ..tasks.windows import TaskData
 from ..errors import FlatformerError
-from ..evaluate import evaluate
+from ..training.evaluate import evaluate
 from ..engine.model import Params, forward
 from ..readout import all_points_tokens, head_outputs, output_logits
-from ..runs import Run, seed_runs
+from ..store.runs import Run, seed_runs
 from ..tasks.base import LEARNED, recall_sources
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 
 from .symmetry import procrustes
 

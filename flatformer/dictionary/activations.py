@@ -17,7 +17,7 @@ def windows(run, n_train: int = 2000) -> dict:
     """Up to `n_train` training windows (and at most MAX_TOKENS tokens) evenly spaced over the
     run's training corpus, and the held-out windows the run's held-out loss is measured on
     (inputs, targets, weights)."""
-    from ..data import evenly_spaced
+    from ..tasks.windows import evenly_spaced
 
     data = run.data()
     n_ctx = run.cfg.n_ctx

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import FlatformerError
-from ..limits import strict_json
+from ..store.limits import strict_json
 from ..store.write import atomic_write
 from .activations import check_hook, read, transcoder_hooks, windows
 from .metrics import reconstruction_metrics, spliced_scores

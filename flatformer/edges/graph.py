@@ -36,7 +36,7 @@ from ..engine.components import (
     mlp_backward,
     pos_embed,
 )
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 
 
 @dataclass
@@ -209,14 +209,14 @@ class EdgeGraph:
             logits = logits + t["unembed.b_U"]
         return logits, tr
 
-    @staticmethod
-    def _queries(positions, T):
+    def _queries(self, positions, T):
         """The queries a layer attends from: every position, with the causal mask as a bias
-        (T, T); or with `positions` = (rows, index) the one at index[b] of each prompt b, with
-        its row of the bias (B, 1, T)."""
+        (T, T) (zeros for a model that attends both ways); or with `positions` = (rows, index)
+        the one at index[b] of each prompt b, with its row of the bias (B, 1, T)."""
+        bias = causal_bias(T) if self.cfg.causal else np.zeros((T, T))
         if positions is None:
-            return None, causal_bias(T)
-        return positions, causal_bias(T)[positions[1]][:, None]
+            return None, bias
+        return positions, bias[positions[1]][:, None]
 
     def _mlp_weights(self, L):
         b = f"blocks.{L}.mlp."

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..data import TaskData, evenly_spaced
+from ..tasks.windows import TaskData, evenly_spaced
 from ..errors import FlatformerError
 from ..readout import knob_kl, log_softmax, reference_windows
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 from .graph import EdgeGraph
 
 ABLATIONS = ("mean", "resample", "zero")
@@ -132,7 +132,7 @@ def build_problem(
     if metric not in METRICS:
         raise FlatformerError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
     graph = EdgeGraph(model)
-    if examples is not None:  # a prompts file (flatformer.prompts.read_examples)
+    if examples is not None:  # a prompts file (flatformer.tasks.prompts.read_examples)
         tokens, index, target, *given = examples
     else:
         tokens, index, target = prompts_for(task, data, n_prompts)
@@ -177,7 +177,7 @@ def prompt_bytes(cfg, width: int) -> int:
 def check_memory(cfg, n_prompts: int, width: int, from_file: bool):
     """Refuse, before the model reads the prompts, more than the machine's available memory
     (train's measure of it), with the number of prompts that would fit."""
-    from .. import resources
+    from ..store import resources
 
     per_prompt = prompt_bytes(cfg, width)
     memory = resources.available_memory()
@@ -475,6 +475,8 @@ def find_circuits(
         row = {"src": src, "dst": dst, "exact": float(effects[e])}
         for name, values in estimates.items():
             row[name.replace("-", "_")] = float(values[e])
+        if "acdc" in methods:
+            row["acdc"] = float(acdc_scores[e])
         row["in_circuit"] = bool(keep[e])
         edges.append(row)
     kept = np.flatnonzero(keep)
@@ -498,6 +500,47 @@ def find_circuits(
             "minimal": bool((losses > tolerance).all()),
         },
     }
+
+
+def known_circuit_scores(report: dict, known) -> dict:
+    """Every method of a `find_circuits` report scored against a circuit known by construction
+    (InterpBench's ground truth, a compiled program's): the ROC AUC of its edge scores (|effect|
+    for exact ablation, |estimate| for EAP and EAP-IG, ACDC's own scores) for membership in the
+    known circuit, and the precision and recall of the circuit it selects. Exact ablation selects
+    its greedy circuit and ACDC its kept edges; EAP and EAP-IG have no threshold of their own,
+    so they select as many top edges as the greedy circuit has (Conmy et al. 2023 score ACDC
+    this way, by AUC over its threshold, and at one threshold)."""
+    names = [(r["src"], r["dst"]) for r in report["edges"]]
+    truth = {tuple(e) for e in known}
+    missing = sorted(truth - set(names))
+    if missing:
+        raise FlatformerError(
+            f"the known circuit's edge {missing[0][0]}->{missing[0][1]} is not in the model's graph"
+        )
+    labels = np.array([n in truth for n in names])
+    k = report["circuit"]["edges_kept"]
+    out = {"edges": len(truth), "methods": {}}
+    for key in ("exact", "eap", "eap_ig", "acdc"):
+        if key not in report["edges"][0]:
+            continue
+        scores = np.array([r[key] for r in report["edges"]])
+        scores = scores if key == "acdc" else np.abs(scores)
+        if key == "exact":
+            chosen, by = set(map(tuple, report["circuit"]["edges"])), "its greedy circuit"
+        elif key == "acdc":
+            chosen, by = set(map(tuple, report["methods"]["acdc"]["edges"])), "its kept edges"
+        else:
+            chosen = {names[e] for e in np.argsort(-scores, kind="stable")[:k]}
+            by = f"its top {k} edges (the greedy circuit's size)"
+        hit = len(chosen & truth)
+        out["methods"][key] = {
+            "auc": _num(roc_auc(scores, labels)),
+            "precision": _num(hit / len(chosen)) if chosen else None,
+            "recall": _num(hit / len(truth)) if truth else None,
+            "selected": len(chosen),
+            "selected_by": by,
+        }
+    return out
 
 
 def shown_circuit(model: Transformer, task, data: TaskData) -> dict:

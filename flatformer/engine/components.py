@@ -111,6 +111,13 @@ def layer_norm(x, w, b):
     return x_hat * w + b, x_hat, scale
 
 
+def layer_norm_frozen(x, w, b, scale):
+    """LayerNorm with its scale given, not measured: (x - mean x) / scale w + b. With `scale` a
+    prompt's own hook_scale this is that prompt's LayerNorm, and linear in x (the replacement
+    model's frozen normalisation, Ameisen et al. 2025, "Circuit Tracing", Section 2)."""
+    return (x - x.mean(-1, keepdims=True)) / scale * w + b
+
+
 def layer_norm_backward(dy, x_hat, scale, w):
     """(dx, dw, db): with dx_hat = dy w, dx = (dx_hat - mean dx_hat - x_hat mean(dx_hat x_hat))
     / scale, the two means being the gradient through the mean and the variance."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..runs import Run
-from ..transformer import Transformer
+from ..store.runs import Run
+from ..model.transformer import Transformer
 from .export import export_model, export_run
 from .page import iframe_html, page_html
 

@@ -5,7 +5,7 @@
 
 const FlatEdges = (() => {
   const FM = typeof FlatModel !== "undefined" ? FlatModel : require("./model.js");
-  const {attnOnly, zeros, vecMat, softmax, project, attnInput, mlp, unembed, checkTokens} = FM;
+  const {attnOnly, zeros, vecMat, attendHead, project, attnInput, mlp, unembed, checkTokens} = FM;
 
   function edgeGraph(cfg) {
     let senders = ["tok", "pos"];
@@ -74,18 +74,11 @@ const FlatEdges = (() => {
           qkv[which] = read(`${head}.${which.toLowerCase()}`)
             .map((x) => project(model, l, which, attnInput(model, l, x), h));
         }
-        const z = [];
-        for (let i = 0; i < T; i++) {
-          const row = [];
-          for (let j = 0; j <= i; j++) {
-            let dot = 0;
-            for (let c = 0; c < dh; c++) dot += qkv.Q[i][c] * qkv.K[j][c];
-            row.push(dot / Math.sqrt(dh));
-          }
-          const a = softmax(row), zi = zeros(dh);
-          for (let j = 0; j <= i; j++) for (let c = 0; c < dh; c++) zi[c] += a[j] * qkv.V[j][c];
-          z.push(zi);
-        }
+        // model.js's attention on this head alone ([T][1][dh] flat), its inputs read apart
+        const [q, k, v] = ["Q", "K", "V"].map((x) => Float64Array.from(qkv[x].flat()));
+        const scores = new Float64Array(T * T), pattern = new Float64Array(T * T), zf = new Float64Array(T * dh);
+        attendHead(q, k, v, T, 1, dh, 0, 1, scores, pattern, zf);
+        const z = Array.from({length: T}, (_, i) => Array.from(zf.subarray(i * dh, (i + 1) * dh)));
         outs[head] = z.map((zi) => {
           if (cfg.attn_out) return vecMat(zi, w[`blocks.${l}.attn.W_O`].data, h * dh * d, dh, d);
           const out = zeros(d);

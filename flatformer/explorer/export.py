@@ -21,12 +21,12 @@ import numpy as np
 
 from ..analysis.circuits import TOP_K
 from ..config import ModelConfig
-from ..data import TaskData, evenly_spaced
+from ..tasks.windows import TaskData, evenly_spaced
 from ..errors import FlatformerError
 from ..engine.model import Params, hook_names
 from ..readout import BETAS, KL_DIRECTION, reference_windows
-from ..runs import Run, load_run
-from ..transformer import Transformer
+from ..store.runs import Run, load_run
+from ..model.transformer import Transformer
 
 FORMAT = "flatformer-explorer-1"
 MIN_PROMPTS = 9

@@ -7,7 +7,7 @@
 
 const FlatMeasures = (() => {
   const FM = typeof FlatModel !== "undefined" ? FlatModel : require("./model.js");
-  const {attnOnly, vocabOut, add, zeros, vecMat, act, mlp, unembed, softmax, logSoftmax, forward} = FM;
+  const {attnOnly, vocabOut, add, zeros, vecMat, lnRow, linearRow, activate, mlp, unembed, softmax, logSoftmax, forward} = FM;
 
   // The output network of the last layer as a map from its input z (the residual after its
   // attention) to logits: z + MLP(z), then the unembedding. With one layer and no LayerNorm
@@ -19,8 +19,8 @@ const FlatMeasures = (() => {
   }
 
   // The output map over a G x G grid of the plane {mean, axes} inside bounds {x0, x1, y0, y1}:
-  // argmax token and entropy (nats) per cell, row 0 at the top (y1). Written without
-  // allocation in the loop: it runs on every checkpoint change.
+  // argmax token and entropy (nats) per cell, row 0 at the top (y1). model.js's pieces on
+  // arrays allocated once: it runs on every checkpoint change.
   function outputGrid(model, plane, bounds, G, mlpOn = true) {
     if (attnOnly(model.cfg) || model.cfg.ln_final) return outputGridPlain(model, plane, bounds, G, mlpOn);
     const {cfg, w} = model, d = cfg.d_model, m = cfg.d_mlp, V = vocabOut(cfg);
@@ -29,8 +29,8 @@ const FlatMeasures = (() => {
     const Wout = w[b + "mlp.W_out"].data, bout = w[b + "mlp.b_out"].data;
     const WU = w["unembed.W_U"].data, bU = cfg.unembed_bias ? w["unembed.b_U"].data : null;
     const lw = ln ? w[b + "ln2.w"].data : null, lb = ln ? w[b + "ln2.b"].data : null;
-    const eps = FM.constants().LN_EPS;
-    const z = new Float64Array(d), x = new Float64Array(d), hid = new Float64Array(m);
+    const z = new Float64Array(d), xhat = new Float64Array(d), x = new Float64Array(d);
+    const pre = new Float64Array(m), hid = new Float64Array(m), out = new Float64Array(d);
     const res = new Float64Array(d), logit = new Float64Array(V);
     const argmax = new Int32Array(G * G), ent = new Float64Array(G * G);
     for (let r = 0; r < G; r++) {
@@ -39,24 +39,15 @@ const FlatMeasures = (() => {
         const px = bounds.x0 + (c + 0.5) / G * (bounds.x1 - bounds.x0);
         for (let i = 0; i < d; i++) z[i] = plane.mean[i] + px * plane.axes[0][i] + py * plane.axes[1][i];
         for (let i = 0; i < d; i++) res[i] = z[i];
-        if (mlpOn) {
-          if (ln) {
-            let mean = 0, sq = 0;
-            for (let i = 0; i < d; i++) mean += z[i];
-            mean /= d;
-            for (let i = 0; i < d; i++) { x[i] = z[i] - mean; sq += x[i] * x[i]; }
-            const scale = Math.sqrt(sq / d + eps);
-            for (let i = 0; i < d; i++) x[i] = x[i] / scale * lw[i] + lb[i];
-          } else for (let i = 0; i < d; i++) x[i] = z[i];
-          for (let j = 0; j < m; j++) hid[j] = bin[j];
-          for (let i = 0; i < d; i++) for (let j = 0; j < m; j++) hid[j] += x[i] * Win[i * m + j];
-          for (let j = 0; j < m; j++) hid[j] = act(cfg, hid[j]);
-          for (let i = 0; i < d; i++) res[i] += bout[i];
-          for (let j = 0; j < m; j++) for (let i = 0; i < d; i++) res[i] += hid[j] * Wout[j * d + i];
+        if (mlpOn) {                                                     // z + MLP(z)
+          if (ln) lnRow(z, 0, d, lw, 0, lb, 0, xhat, x);
+          linearRow(ln ? x : z, 0, d, Win, 0, m, bin, 0, pre, 0);
+          activate(cfg, pre, 0, m, hid, null);
+          linearRow(hid, 0, m, Wout, 0, d, bout, 0, out, 0);
+          for (let i = 0; i < d; i++) res[i] += out[i];
         }
+        linearRow(res, 0, d, WU, 0, V, bU, bU ? 0 : -1, logit, 0);
         let best = 0;
-        for (let v = 0; v < V; v++) logit[v] = bU ? bU[v] : 0;
-        for (let i = 0; i < d; i++) for (let v = 0; v < V; v++) logit[v] += res[i] * WU[i * V + v];
         for (let v = 1; v < V; v++) if (logit[v] > logit[best]) best = v;
         let sum = 0, acc = 0;
         for (let v = 0; v < V; v++) { const e = Math.exp(logit[v] - logit[best]); sum += e; acc += e * (logit[v] - logit[best]); }

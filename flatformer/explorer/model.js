@@ -1,7 +1,10 @@
 // The transformer in JavaScript: the forward pass of flatformer/engine/model.py, one sequence
-// at a time (no seed or batch axis), in float64, with no DOM. The measures the page shows are
-// in measures.js, the edge graph in edges.js; tests/js/engine.test.js holds every activation to
-// the NumPy reference's within 1e-9 on fixtures Python writes.
+// at a time (no seed or batch axis), in float64, with no DOM. The page's one forward pass:
+// `run` writes every activation into flat arrays allocated once per config and length; the
+// explorer's panels read it through `forward`, the playground's trainer (train.js) runs its
+// backward pass on what `run` leaves. The measures the page shows are in measures.js, the edge
+// graph in edges.js; tests/js/engine.test.js holds every activation to the NumPy reference's
+// within 1e-9 on fixtures Python writes.
 //
 // A model is {cfg, w} where w maps TransformerLens parameter names to {data, shape} over one
 // Float64Array. `forward` returns the logits and a cache of every named activation (shapes as
@@ -88,37 +91,331 @@ const FlatModel = (() => {
     return w;
   }
 
-  // ---- small linear algebra on plain arrays ----
+  // ---- the pieces, each written once over flat arrays with offsets ----
+  // Every loop below reads and writes typed arrays (or plain ones) at offsets and allocates
+  // nothing: the forward pass (`run`) calls them row by row, and so do the one-vector helpers
+  // the panels and measures use (`layerNorm`, `project`, `mlp`, `unembed`).
+
+  // LayerNorm of the row x[xo, xo + d): x_hat = (x - mean) / scale into xhat, x_hat w + b into
+  // out (both at xo); returns scale = sqrt(var + eps), TransformerLens's hook_scale.
+  function lnRow(x, xo, d, w, wo, b, bo, xhat, out, eps = constants().LN_EPS) {
+    let mean = 0;
+    for (let c = 0; c < d; c++) mean += x[xo + c];
+    mean /= d;
+    let v = 0;
+    for (let c = 0; c < d; c++) { const y = x[xo + c] - mean; xhat[xo + c] = y; v += y * y; }
+    const scale = Math.sqrt(v / d + eps);
+    for (let c = 0; c < d; c++) {
+      xhat[xo + c] /= scale;
+      out[xo + c] = xhat[xo + c] * w[wo + c] + b[bo + c];
+    }
+    return scale;
+  }
+
+  // The row x[xo, xo + rows) through the [rows, cols] matrix stored row-major at W[Wo..], plus
+  // the bias b[bo..] (none when bo < 0), into out[oo, oo + cols).
+  function linearRow(x, xo, rows, W, Wo, cols, b, bo, out, oo) {
+    for (let j = 0; j < cols; j++) {
+      let s = bo >= 0 ? b[bo + j] : 0;
+      for (let i = 0; i < rows; i++) s += x[xo + i] * W[Wo + i * cols + j];
+      out[oo + j] = s;
+    }
+  }
+
+  // The tanh GELU's t = tanh(c (x + 0.044715 x^3)), written c x (1 + 0.044715 x^2); the
+  // backward pass reads it.
+  const geluTanh = (x, c) => Math.tanh(c * x * (1 + 0.044715 * x * x));
+
+  // The MLP's nonlinearity of one number: ReLU, the tanh GELU 0.5 x (1 + t), or the exact
+  // GELU x (1 + erf(x / sqrt 2)) / 2 (imported models).
+  function act(cfg, x) {
+    if (cfg.act_fn === "relu") return x > 0 ? x : 0;
+    if (cfg.act_fn === "gelu_erf") return 0.5 * x * (1 + erf(x / Math.SQRT2));
+    return 0.5 * x * (1 + geluTanh(x, constants().GELU_C));
+  }
+
+  // `act` over pre[o, o + n) into post; the tanh GELU's t into tanh (when given) as well.
+  function activate(cfg, pre, o, n, post, tanh) {
+    if (cfg.act_fn === "gelu") {
+      const c = constants().GELU_C;
+      for (let u = o; u < o + n; u++) {
+        const t = geluTanh(pre[u], c);
+        if (tanh) tanh[u] = t;
+        post[u] = 0.5 * pre[u] * (1 + t);
+      }
+    } else if (cfg.act_fn === "relu") {
+      for (let u = o; u < o + n; u++) post[u] = pre[u] > 0 ? pre[u] : 0;
+    } else for (let u = o; u < o + n; u++) post[u] = act(cfg, pre[u]);
+  }
+
+  // Causal attention of head h: scores = q k^T / sqrt(dh) (times beta, the knob), masked
+  // entries -inf; pattern = softmax(scores) by row, the maximum subtracted first so tiny
+  // temperatures never overflow; z = pattern v. q, k, v, z are [T][H][dh] and scores, pattern
+  // [H][T][T], all flat; the masked entries (j > i) are left as they are.
+  function attendHead(q, k, v, T, H, dh, h, beta, scores, pattern, z) {
+    const sq = Math.sqrt(dh);
+    for (let i = 0; i < T; i++) {
+      const row = (h * T + i) * T, qo = (i * H + h) * dh;
+      let mx = -Infinity;
+      for (let j = 0; j <= i; j++) {
+        const ko = (j * H + h) * dh;
+        let s = 0;
+        for (let e = 0; e < dh; e++) s += q[qo + e] * k[ko + e];
+        s /= sq;
+        if (beta !== 1) s = beta * s;
+        scores[row + j] = s;
+        if (s > mx) mx = s;
+      }
+      let tot = 0;
+      for (let j = 0; j <= i; j++) { const ex = Math.exp(scores[row + j] - mx); pattern[row + j] = ex; tot += ex; }
+      for (let j = 0; j <= i; j++) pattern[row + j] /= tot;
+      for (let e = 0; e < dh; e++) {
+        let s = 0;
+        for (let j = 0; j <= i; j++) s += pattern[row + j] * v[(j * H + h) * dh + e];
+        z[qo + e] = s;
+      }
+    }
+  }
+
+  // ---- the forward pass, once ----
+
+  // Each parameter's offset in the one-checkpoint layout of paramShapes, as numbers per layer
+  // (-1: absent), so that the pass looks up no strings. Kept per config object.
+  const layouts = new WeakMap();
+  function layout(cfg) {
+    if (layouts.has(cfg)) return layouts.get(cfg);
+    const at = {};
+    let o = 0;
+    for (const [name, shape] of paramShapes(cfg)) { at[name] = o; o += size(shape); }
+    const of = (name) => (name in at ? at[name] : -1);
+    const off = {
+      at, total: o, WE: of("embed.W_E"), Wpos: of("pos_embed.W_pos"), lnfw: of("ln_final.w"),
+      lnfb: of("ln_final.b"), WU: of("unembed.W_U"), bU: of("unembed.b_U"),
+      L: Array.from({length: cfg.n_layers}, (_, l) => {
+        const b = (n) => of(`blocks.${l}.${n}`);
+        return {ln1w: b("ln1.w"), ln1b: b("ln1.b"), ln2w: b("ln2.w"), ln2b: b("ln2.b"),
+          W: ["W_Q", "W_K", "W_V"].map((n) => b("attn." + n)), B: ["b_Q", "b_K", "b_V"].map((n) => b("attn." + n)),
+          WO: b("attn.W_O"), bO: b("attn.b_O"), Win: b("mlp.W_in"), bin: b("mlp.b_in"),
+          Wout: b("mlp.W_out"), bout: b("mlp.b_out")};
+      }),
+    };
+    layouts.set(cfg, off);
+    return off;
+  }
+
+  // The arrays one pass of T tokens writes, allocated once per config and length. `hooks`
+  // names them as TransformerLens does, in hook_names order, with their shapes; the other
+  // fields are what the backward pass (train.js) reads: each LayerNorm's x_hat, the tanh
+  // GELU's t, the stream each sublayer reads (attnIn, mlpIn) and the unembedding reads (final).
+  const workspaces = new WeakMap();
+  let last = null;   // the last workspace asked for: a training step asks for the same one often
+  function workspace(cfg, T) {
+    if (last && last.cfg === cfg && last.T === T) return last;
+    if (!workspaces.has(cfg)) workspaces.set(cfg, new Map());
+    const byT = workspaces.get(cfg);
+    if (byT.has(T)) return (last = byT.get(T));
+    const d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, m = cfg.d_mlp, V = vocabOut(cfg);
+    const ln = cfg.normalization === "pre_ln";
+    const hooks = [];
+    const array = (name, dims) => {
+      const a = new Float64Array(size(dims));
+      if (name) hooks.push([name, a, dims]);
+      return a;
+    };
+    const norm = (b) => ({scale: array(b + "hook_scale", [T, 1]), normalized: array(b + "hook_normalized", [T, d]),
+      xhat: array(null, [T, d])});
+    const ws = {cfg, T, tokens: null, embed: array("hook_embed", [T, d]), pos: array("hook_pos_embed", [T, d]), layers: []};
+    let resid = array(null, [T, d]);
+    for (let l = 0; l < cfg.n_layers; l++) {
+      const b = `blocks.${l}.`, L = {};
+      L.resid_pre = resid;
+      hooks.push([b + "hook_resid_pre", resid, [T, d]]);
+      L.ln1 = ln ? norm(b + "ln1.") : null;
+      L.attnIn = ln ? L.ln1.normalized : resid;
+      for (const x of "qkv") L[x] = array(b + `attn.hook_${x}`, [T, H, dh]);
+      L.attn_scores = array(b + "attn.hook_attn_scores", [H, T, T]).fill(-Infinity);
+      L.pattern = array(b + "attn.hook_pattern", [H, T, T]);
+      L.z = array(b + "attn.hook_z", [T, H, dh]);
+      L.attn_out = array(b + "hook_attn_out", [T, d]);
+      if (!attnOnly(cfg)) {
+        L.resid_mid = array(b + "hook_resid_mid", [T, d]);
+        L.ln2 = ln ? norm(b + "ln2.") : null;
+        L.mlpIn = ln ? L.ln2.normalized : L.resid_mid;
+        L.mlp_pre = array(b + "mlp.hook_pre", [T, m]);
+        L.mlp_post = array(b + "mlp.hook_post", [T, m]);
+        L.tanh = cfg.act_fn === "gelu" ? array(null, [T, m]) : null;
+        L.mlp_out = array(b + "hook_mlp_out", [T, d]);
+      }
+      resid = L.resid_post = array(b + "hook_resid_post", [T, d]);
+      ws.layers.push(L);
+    }
+    ws.resid_final = resid;
+    ws.lnFinal = cfg.ln_final ? norm("ln_final.") : null;
+    ws.final = cfg.ln_final ? ws.lnFinal.normalized : resid;
+    ws.logits = array(null, [T, V]);
+    ws.hooks = hooks;
+    byT.set(T, ws);
+    return (last = ws);
+  }
+
+  // The normalisation a sublayer (or the unembedding) reads through, row by row, into
+  // norm = {scale, normalized, xhat}, weights at offsets wo, bo of P: pre_ln's LayerNorm (a
+  // config with none has no norm to fill). Another normalisation is a row kernel beside lnRow
+  // and a branch here.
+  function normalize(cfg, x, T, d, P, wo, bo, norm) {
+    const eps = constants().LN_EPS;
+    for (let t = 0; t < T; t++) norm.scale[t] = lnRow(x, t * d, d, P, wo, P, bo, norm.xhat, norm.normalized, eps);
+  }
+
+  const NO_KNOBS = {beta: 1, posOff: false, headsOff: null, headsMean: null, mlpOff: null};
+  function knobsFor(knobs) {
+    if (!knobs) return NO_KNOBS;
+    const set = (xs) => { const s = new Set(xs || []); return s.size ? s : null; };
+    return {beta: knobs.beta === undefined ? 1 : knobs.beta, posOff: !!knobs.posOff,
+      headsOff: set(knobs.headsOff), headsMean: knobs.headsMean || null, mlpOff: set(knobs.mlpOff)};
+  }
+
+  // e = x + p: token and position embeddings into the first residual stream.
+  function embedding(cfg, P, off, ws, tokens, k) {
+    const T = ws.T, d = cfg.d_model, {embed, pos} = ws;
+    const e = ws.layers.length ? ws.layers[0].resid_pre : ws.resid_final;
+    for (let t = 0; t < T; t++) {
+      for (let c = 0; c < d; c++) {
+        embed[t * d + c] = P[off.WE + tokens[t] * d + c];
+        pos[t * d + c] = k.posOff ? 0 : P[off.Wpos + t * d + c];
+        e[t * d + c] = embed[t * d + c] + pos[t * d + c];
+      }
+    }
+    return e;
+  }
+
+  // z = e + Attn(e) for layer l (offsets o, arrays L): returns the stream after it.
+  function attention(cfg, P, o, L, l, T, e, k) {
+    const d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, HD = H * dh;
+    if (L.ln1) normalize(cfg, e, T, d, P, o.ln1w, o.ln1b, L.ln1);
+    const x = L.attnIn;
+    for (let i = 0; i < 3; i++) {
+      const W = o.W[i], B = o.B[i], out = i === 0 ? L.q : i === 1 ? L.k : L.v;
+      for (let t = 0; t < T; t++) {
+        for (let h = 0; h < H; h++) {
+          linearRow(x, t * d, d, P, W + h * d * dh, dh, P, B >= 0 ? B + h * dh : -1, out, (t * H + h) * dh);
+        }
+      }
+    }
+    const z = L.z;
+    for (let h = 0; h < H; h++) {
+      attendHead(L.q, L.k, L.v, T, H, dh, h, k.beta, L.attn_scores, L.pattern, z);
+      if (k === NO_KNOBS) continue;
+      const head = `${l}.${h}`, mean = k.headsMean && k.headsMean[head];
+      if (mean) for (let t = 0; t < T; t++) for (let c = 0; c < dh; c++) z[(t * H + h) * dh + c] = mean[t][h][c];
+      else if (k.headsOff && k.headsOff.has(head)) for (let t = 0; t < T; t++) z.fill(0, (t * H + h) * dh, (t * H + h + 1) * dh);
+    }
+    const out = L.attn_out, after = L.resid_mid || L.resid_post;
+    for (let t = 0; t < T; t++) {
+      if (o.WO >= 0) linearRow(z, t * HD, HD, P, o.WO, d, P, o.bO, out, t * d);
+      else for (let c = 0; c < d; c++) out[t * d + c] = o.bO >= 0 ? P[o.bO + c] + z[t * HD + c] : z[t * HD + c];
+      for (let c = 0; c < d; c++) after[t * d + c] = e[t * d + c] + out[t * d + c];
+    }
+    return after;
+  }
+
+  // h = z + FFN(z) for layer l: returns the stream after it.
+  function feedForward(cfg, P, o, L, l, T, z, k) {
+    const d = cfg.d_model, m = cfg.d_mlp;
+    if (L.ln2) normalize(cfg, z, T, d, P, o.ln2w, o.ln2b, L.ln2);
+    const out = L.mlp_out, h = L.resid_post, off = k.mlpOff !== null && k.mlpOff.has(l);
+    for (let t = 0; t < T; t++) {
+      linearRow(L.mlpIn, t * d, d, P, o.Win, m, P, o.bin, L.mlp_pre, t * m);
+      activate(cfg, L.mlp_pre, t * m, m, L.mlp_post, L.tanh);
+      if (off) out.fill(0, t * d, (t + 1) * d);
+      else linearRow(L.mlp_post, t * m, m, P, o.Wout, d, P, o.bout, out, t * d);
+      for (let c = 0; c < d; c++) h[t * d + c] = z[t * d + c] + out[t * d + c];
+    }
+    return h;
+  }
+
+  // The logits of the final stream h (through ln_final when there is one).
+  function unembedding(cfg, P, off, ws, h) {
+    const T = ws.T, d = cfg.d_model, V = vocabOut(cfg);
+    if (ws.lnFinal) normalize(cfg, h, T, d, P, off.lnfw, off.lnfb, ws.lnFinal);
+    for (let t = 0; t < T; t++) linearRow(ws.final, t * d, d, P, off.WU, V, P, off.bU, ws.logits, t * V);
+  }
+
+  // The forward pass of one sequence: P holds one checkpoint's parameters in paramShapes's
+  // layout, knobs are those of the header (or none). Returns the workspace of (cfg, T) with
+  // every activation and the logits written: the next pass of the same length overwrites it,
+  // so copy what must outlive it.
+  function run(cfg, P, tokens, knobs) {
+    checkTokens(cfg, tokens);
+    const T = tokens.length, off = layout(cfg), ws = workspace(cfg, T), k = knobsFor(knobs);
+    ws.tokens = tokens;
+    let x = embedding(cfg, P, off, ws, tokens, k);                                  // e = x + p
+    for (let l = 0; l < cfg.n_layers; l++) {
+      x = attention(cfg, P, off.L[l], ws.layers[l], l, T, x, k);                     // z = e + Attn(e)
+      if (!attnOnly(cfg)) x = feedForward(cfg, P, off.L[l], ws.layers[l], l, T, x, k);  // h = z + FFN(z)
+    }
+    unembedding(cfg, P, off, ws, x);
+    return ws;
+  }
+
+  // The flat buffer behind a model's named views (unpack's): a view when the tensors lie in
+  // paramShapes order in one buffer, as unpack leaves them, else a copy. Kept per weights object.
+  const flats = new WeakMap();
+  function flatOf(model) {
+    const {cfg, w} = model;
+    if (flats.has(w)) return flats.get(w);
+    const shapes = paramShapes(cfg), n = nParams(cfg), first = w[shapes[0][0]].data;
+    let P = null;
+    if (ArrayBuffer.isView(first)) {
+      const bytes = first.BYTES_PER_ELEMENT;
+      let o = 0, contiguous = first.byteOffset + n * bytes <= first.buffer.byteLength;
+      for (const [name, shape] of shapes) {
+        const data = w[name].data;
+        contiguous = contiguous && data.buffer === first.buffer && data.constructor === first.constructor
+          && data.byteOffset === first.byteOffset + o * bytes && data.length === size(shape);
+        o += size(shape);
+      }
+      if (contiguous) P = new first.constructor(first.buffer, first.byteOffset, n);
+    }
+    if (!P) {
+      P = new Float64Array(n);
+      let o = 0;
+      for (const [name, shape] of shapes) { P.set(w[name].data, o); o += size(shape); }
+    }
+    flats.set(w, P);
+    return P;
+  }
+
+  // A flat array as nested plain arrays of the given shape.
+  function nest(data, dims, o = 0) {
+    if (dims.length === 1) return Array.from(data.subarray(o, o + dims[0]));
+    const inner = size(dims.slice(1));
+    return Array.from({length: dims[0]}, (_, i) => nest(data, dims.slice(1), o + i * inner));
+  }
+
+  // The explorer's forward: `run` on the model's weights, its results as nested arrays that
+  // outlive the next pass. Logits [T][V] and the cache of named activations (see the header).
+  function forward(model, tokens, knobs = {}) {
+    const ws = run(model.cfg, flatOf(model), tokens, knobs), cache = {};
+    for (const [name, data, dims] of ws.hooks) cache[name] = nest(data, dims);
+    return {logits: nest(ws.logits, [ws.T, vocabOut(model.cfg)]), cache};
+  }
+
+  // ---- one vector at a time, for the panels and measures: the same pieces ----
   const zeros = (n) => new Array(n).fill(0);
   const add = (a, b) => a.map((x, i) => x + b[i]);
 
   // x (length rows) times the [rows, cols] matrix stored at data[off...].
   function vecMat(x, data, off, rows, cols) {
     const out = zeros(cols);
-    for (let i = 0; i < rows; i++) {
-      const xi = x[i], base = off + i * cols;
-      for (let j = 0; j < cols; j++) out[j] += xi * data[base + j];
-    }
+    linearRow(x, 0, rows, data, off, cols, null, -1, out, 0);
     return out;
   }
 
   function layerNorm(x, w, b) {
-    const d = x.length;
-    let mean = 0;
-    for (const v of x) mean += v;
-    mean /= d;
-    const c = x.map((v) => v - mean);
-    let sq = 0;
-    for (const v of c) sq += v * v;
-    const scale = Math.sqrt(sq / d + constants().LN_EPS);
-    const xHat = c.map((v) => v / scale);
-    return {scale, out: xHat.map((v, i) => v * w[i] + b[i])};
-  }
-
-  function act(cfg, x) {
-    if (cfg.act_fn === "relu") return Math.max(x, 0);
-    if (cfg.act_fn === "gelu_erf") return 0.5 * x * (1 + erf(x / Math.SQRT2));
-    return 0.5 * x * (1 + Math.tanh(constants().GELU_C * (x + 0.044715 * x * x * x)));
+    const d = x.length, xhat = zeros(d), out = zeros(d);
+    const scale = lnRow(x, 0, d, w, 0, b, 0, xhat, out);
+    return {scale, out};
   }
 
   // Softmax that subtracts the maximum first, so tiny temperatures never overflow.
@@ -142,13 +439,9 @@ const FlatModel = (() => {
 
   // Query, key or value of one residual vector for head h of a layer: x W[h] (+ b[h]).
   function project(model, layer, which, x, h) {
-    const {cfg, w} = model, d = cfg.d_model, dh = cfg.d_head;
-    const W = w[`blocks.${layer}.attn.W_${which}`].data;
-    const out = vecMat(x, W, h * d * dh, d, dh);
-    if (cfg.qkv_bias) {
-      const b = w[`blocks.${layer}.attn.b_${which}`].data;
-      for (let c = 0; c < dh; c++) out[c] += b[h * dh + c];
-    }
+    const {cfg, w} = model, d = cfg.d_model, dh = cfg.d_head, out = zeros(dh);
+    const b = cfg.qkv_bias ? w[`blocks.${layer}.attn.b_${which}`].data : null;
+    linearRow(x, 0, d, w[`blocks.${layer}.attn.W_${which}`].data, h * d * dh, dh, b, b ? h * dh : -1, out, 0);
     return out;
   }
 
@@ -160,17 +453,13 @@ const FlatModel = (() => {
   }
 
   // The MLP of `layer` on one residual vector z: returns {pre, post, out} (out without z).
-  function mlp(model, layer, z, cache) {
+  function mlp(model, layer, z) {
     const {cfg, w} = model, d = cfg.d_model, m = cfg.d_mlp, b = `blocks.${layer}.`;
-    let x = z;
-    if (cfg.normalization === "pre_ln") {
-      const ln = layerNorm(z, w[b + "ln2.w"].data, w[b + "ln2.b"].data);
-      if (cache) { cache.scale.push([ln.scale]); cache.normalized.push(ln.out); }
-      x = ln.out;
-    }
-    const pre = add(vecMat(x, w[b + "mlp.W_in"].data, 0, d, m), w[b + "mlp.b_in"].data);
-    const post = pre.map((v) => act(cfg, v));
-    const out = add(vecMat(post, w[b + "mlp.W_out"].data, 0, m, d), w[b + "mlp.b_out"].data);
+    const x = cfg.normalization === "pre_ln" ? layerNorm(z, w[b + "ln2.w"].data, w[b + "ln2.b"].data).out : z;
+    const pre = zeros(m), post = zeros(m), out = zeros(d);
+    linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, w[b + "mlp.b_in"].data, 0, pre, 0);
+    activate(cfg, pre, 0, m, post, null);
+    linearRow(post, 0, m, w[b + "mlp.W_out"].data, 0, d, w[b + "mlp.b_out"].data, 0, out, 0);
     return {pre, post, out};
   }
 
@@ -181,112 +470,19 @@ const FlatModel = (() => {
   }
 
   function unembed(model, h) {
-    const {cfg, w} = model;
-    h = finalNorm(model, h);
-    const logits = vecMat(h, w["unembed.W_U"].data, 0, cfg.d_model, vocabOut(cfg));
-    if (cfg.unembed_bias) {
-      const b = w["unembed.b_U"].data;
-      for (let v = 0; v < vocabOut(cfg); v++) logits[v] += b[v];
-    }
+    const {cfg, w} = model, V = vocabOut(cfg), logits = zeros(V);
+    const b = cfg.unembed_bias ? w["unembed.b_U"].data : null;
+    linearRow(finalNorm(model, h), 0, cfg.d_model, w["unembed.W_U"].data, 0, V, b, b ? 0 : -1, logits, 0);
     return logits;
   }
 
   function checkTokens(cfg, tokens) {
     if (!tokens.length) throw new Error("the sequence is empty");
     if (tokens.length > cfg.n_ctx) throw new Error(`${tokens.length} tokens exceed the context of ${cfg.n_ctx}`);
-    for (const t of tokens) {
+    for (let i = 0; i < tokens.length; i++) {
+      const t = tokens[i];
       if (!Number.isInteger(t) || t < 0 || t >= cfg.d_vocab) throw new Error(`token ${t} is outside the vocabulary`);
     }
-  }
-
-  // Logits [T][V] and the cache of named activations. See the header for `knobs`.
-  function forward(model, tokens, knobs = {}) {
-    const {cfg, w} = model;
-    checkTokens(cfg, tokens);
-    const T = tokens.length, d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head;
-    const beta = knobs.beta === undefined ? 1 : knobs.beta;
-    const headsOff = new Set(knobs.headsOff || []), mlpOff = new Set(knobs.mlpOff || []);
-    const cache = {};
-    const WE = w["embed.W_E"].data, WP = w["pos_embed.W_pos"].data;
-    const x = cache["hook_embed"] = tokens.map((t) => Array.from(WE.subarray(t * d, t * d + d)));
-    const p = cache["hook_pos_embed"] = tokens.map((_, i) =>
-      knobs.posOff ? zeros(d) : Array.from(WP.subarray(i * d, i * d + d)));
-    let resid = x.map((xi, i) => add(xi, p[i]));                     // e = x + p
-    for (let l = 0; l < cfg.n_layers; l++) {
-      const b = `blocks.${l}.`;
-      cache[b + "hook_resid_pre"] = resid;
-      let attnIn = resid;
-      if (cfg.normalization === "pre_ln") {
-        const lns = resid.map((r) => layerNorm(r, w[b + "ln1.w"].data, w[b + "ln1.b"].data));
-        cache[b + "ln1.hook_scale"] = lns.map((ln) => [ln.scale]);
-        attnIn = cache[b + "ln1.hook_normalized"] = lns.map((ln) => ln.out);
-      }
-      const qkv = {};
-      for (const which of "QKV") {
-        qkv[which] = attnIn.map((a) => Array.from({length: H}, (_, h) => project(model, l, which, a, h)));
-        cache[b + `attn.hook_${which.toLowerCase()}`] = qkv[which];           // [T][H][dh]
-      }
-      const scores = [], pattern = [];
-      const z = Array.from({length: T}, () => Array.from({length: H}, () => zeros(dh)));
-      for (let h = 0; h < H; h++) {
-        const S = [], A = [];
-        for (let i = 0; i < T; i++) {
-          const row = [];
-          for (let j = 0; j < T; j++) {
-            if (j > i) { row.push(-Infinity); continue; }                    // causal mask
-            let dot = 0;
-            for (let c = 0; c < dh; c++) dot += qkv.Q[i][h][c] * qkv.K[j][h][c];
-            let s = dot / Math.sqrt(dh);
-            if (beta !== 1) s = beta * s;
-            row.push(s);
-          }
-          S.push(row);
-          const a = softmax(row);
-          A.push(a);
-          if (!headsOff.has(`${l}.${h}`)) {
-            for (let j = 0; j <= i; j++) {
-              for (let c = 0; c < dh; c++) z[i][h][c] += a[j] * qkv.V[j][h][c];
-            }
-          }
-        }
-        scores.push(S);
-        pattern.push(A);
-      }
-      cache[b + "attn.hook_attn_scores"] = scores;                               // [H][T][T]
-      cache[b + "attn.hook_pattern"] = pattern;
-      for (let h = 0; h < H; h++) {
-        const mean = (knobs.headsMean || {})[`${l}.${h}`];
-        if (mean) for (let i = 0; i < T; i++) z[i][h] = mean[i][h].slice();
-      }
-      cache[b + "attn.hook_z"] = z;                                              // [T][H][dh]
-      const attnOut = z.map((zi) => {
-        const flat = zi.flat();                                                  // head-major
-        const out = cfg.attn_out ? vecMat(flat, w[b + "attn.W_O"].data, 0, H * dh, d) : flat;
-        return cfg.attn_out_bias ? add(out, w[b + "attn.b_O"].data) : out;
-      });
-      cache[b + "hook_attn_out"] = attnOut;
-      if (attnOnly(cfg)) {
-        resid = cache[b + "hook_resid_post"] = resid.map((r, i) => add(r, attnOut[i]));
-        continue;
-      }
-      resid = cache[b + "hook_resid_mid"] = resid.map((r, i) => add(r, attnOut[i]));  // z = e + Attn(e)
-      const ln2 = {scale: [], normalized: []};
-      const mlps = resid.map((r) => mlp(model, l, r, ln2));
-      if (cfg.normalization === "pre_ln") {
-        cache[b + "ln2.hook_scale"] = ln2.scale;
-        cache[b + "ln2.hook_normalized"] = ln2.normalized;
-      }
-      cache[b + "mlp.hook_pre"] = mlps.map((o) => o.pre);
-      cache[b + "mlp.hook_post"] = mlps.map((o) => o.post);
-      const mlpOut = cache[b + "hook_mlp_out"] = mlps.map((o) => (mlpOff.has(l) ? zeros(d) : o.out));
-      resid = cache[b + "hook_resid_post"] = resid.map((r, i) => add(r, mlpOut[i]));   // h = z + FFN(z)
-    }
-    if (cfg.ln_final) {
-      const lns = resid.map((r) => layerNorm(r, w["ln_final.w"].data, w["ln_final.b"].data));
-      cache["ln_final.hook_scale"] = lns.map((ln) => [ln.scale]);
-      cache["ln_final.hook_normalized"] = lns.map((ln) => ln.out);
-    }
-    return {logits: resid.map((r) => unembed(model, r)), cache};
   }
 
   // Each layer's hook_z averaged over reference windows (all n_ctx long), per position:
@@ -307,9 +503,10 @@ const FlatModel = (() => {
 
 
   return {
-    constants, attnOnly, vocabOut, erf, paramShapes, size, nParams, unpack, zeros, add, vecMat,
-    layerNorm, act, softmax, logSoftmax, project, attnInput, mlp, finalNorm, unembed, checkTokens,
-    forward, headMeans,
+    constants, attnOnly, vocabOut, erf, paramShapes, size, nParams, unpack,
+    lnRow, linearRow, geluTanh, act, activate, attendHead, layout, workspace, run, flatOf, forward,
+    zeros, add, vecMat, layerNorm, softmax, logSoftmax, project, attnInput, mlp, finalNorm, unembed,
+    checkTokens, headMeans,
   };
 })();
 

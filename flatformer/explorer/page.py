@@ -19,9 +19,9 @@ import dataclasses
 import re
 from pathlib import Path
 
-from .. import labels
+from ..readout import labels
 from ..config import GELU_C, LN_EPS, preset
-from ..recipes import RECIPES
+from ..training.recipes import RECIPES
 
 HERE = Path(__file__).parent
 ENGINE = ("model.js", "measures.js", "edges.js")

@@ -2,7 +2,8 @@
 // arithmetic, knobs and KL, lens, circuits) works on a paused training. No DOM: the page mounts
 // the result with Explorer.mount. What Python knows about a preset or a task (the activation
 // names, the measures' settings, the focus token) comes in the playground's data; the
-// self-check compares the explorer's forward pass (model.js) with the trainer's (train.js).
+// self-check compares the explorer's view of the weights (every checkpoint in one buffer, the
+// step picked from it) with the trainer's own buffer, both through model.js's one forward pass.
 "use strict";
 
 const PlaygroundExplorer = (() => {
@@ -37,7 +38,7 @@ const PlaygroundExplorer = (() => {
     steps.forEach((s, i) => flat.set(kept.get(s), i * n));
     const ask = prompts(cfg.d_vocab, cfg.n_ctx), V = FlatModel.vocabOut(cfg), logits = [];
     for (const p of ask) {
-      const f = FlatTrain.forward(cfg, kept.get(step), p);
+      const f = FlatModel.run(cfg, kept.get(step), p);
       for (let i = 0; i < p.length * V; i++) logits.push(f.logits[i]);
     }
     const rows = run.metrics, col = (k) => rows.map((r) => (Number.isFinite(r[k]) ? r[k] : null));
@@ -48,7 +49,7 @@ const PlaygroundExplorer = (() => {
       demo: demo.length ? demo : [0], focus: focus && vocab.includes(focus) ? vocab.indexOf(focus) : null,
       tensors: shapes, hooks: shipped.hooks[preset], steps, step, flat,
       metrics: {step: col("step"), train_loss: col("train_loss"), val_loss: col("val_loss"), rule_error: col("rule_error")},
-      reference: {step, prompts: ask, logits: Float64Array.from(logits), source: "the trainer's (train.js)"},
+      reference: {step, prompts: ask, logits: Float64Array.from(logits), source: "the trainer's own weights (model.js run on the training buffer)"},
       measures: {...shipped.measures, mean_windows: windows},
     };
   }

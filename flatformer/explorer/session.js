@@ -5,6 +5,7 @@
 "use strict";
 
 const FlatSession = (() => {
+  const M_ = typeof FlatModel !== "undefined" ? FlatModel : require("./model.js");
   const T_ = typeof FlatTrain !== "undefined" ? FlatTrain : require("./train.js");
   const K_ = typeof FlatTasks !== "undefined" ? FlatTasks : require("./tasks.js");
 
@@ -37,7 +38,7 @@ const FlatSession = (() => {
     const V = cfg.d_vocab;
     let loss = 0, n = 0;
     for (const w of held.val) {
-      const {logits} = T_.forward(cfg, P, w.inputs);
+      const {logits} = M_.run(cfg, P, w.inputs);
       for (let t = 0; t < w.inputs.length; t++) {
         if (!w.weights[t]) continue;
         let mx = -Infinity, se = 0;
@@ -49,7 +50,7 @@ const FlatSession = (() => {
     }
     let wrong = 0;
     for (const r of held.rule) {
-      const {logits} = T_.forward(cfg, P, r.inputs.slice(0, r.index + 1));
+      const {logits} = M_.run(cfg, P, r.inputs.slice(0, r.index + 1));
       const o = r.index * V;
       let top = 0;
       for (let i = 1; i < V; i++) if (logits[o + i] > logits[o + top]) top = i;

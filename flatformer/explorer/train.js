@@ -1,5 +1,6 @@
-// Training in JavaScript, float64, no DOM: the backward pass of flatformer/engine/model.py for every
-// block kind a config can ask for (LayerNorm or none, ReLU or tanh GELU, W_O or concatenated
+// Training in JavaScript, float64, no DOM: the backward pass of flatformer/engine/model.py, on
+// the activations model.js's forward pass (FlatModel.run) leaves, for every block kind a
+// config can ask for (LayerNorm or none, ReLU or tanh GELU, W_O or concatenated
 // heads, Q/K/V biases, attention-only blocks, ln_final, an unembedding bias), the masked
 // cross-entropy of flatformer/model.py, the recipe's cosine schedule (train.py Recipe.lr_at)
 // and AdamW with the arithmetic of flatformer/optim.py (torch.optim.AdamW's, operation by
@@ -9,30 +10,12 @@
 "use strict";
 
 const FlatTrain = (() => {
-  // The parameter layout and the model's two constants are FlatModel's (model.js): one
-  // paramShapes for the explorer, the trainer and the run archive; LN_EPS and GELU_C as
+  // The parameter layout, the forward pass and the model's two constants are FlatModel's
+  // (model.js): one paramShapes for the explorer, the trainer and the run archive, one forward
+  // pass (FlatModel.run) whose activations the backward pass below reads; LN_EPS and GELU_C as
   // flatformer/config.py ships them.
   const FM = typeof FlatModel !== "undefined" ? FlatModel : require("./model.js");
-  const {paramShapes, size} = FM;
-
-  // name -> offset into the flat buffer (kept per config object: forward asks every call)
-  const known = new WeakMap();
-  function offsets(cfg) {
-    if (known.has(cfg)) return known.get(cfg);
-    const off = {};
-    let o = 0;
-    for (const [name, shape] of paramShapes(cfg)) { off[name] = o; o += size(shape); }
-    off.total = o;
-    // each layer's offsets as numbers (-1: absent), so the passes look up no strings
-    off.L = Array.from({length: cfg.n_layers}, (_, l) => {
-      const b = `blocks.${l}.`, at = (n) => (b + n in off ? off[b + n] : -1);
-      return {ln1w: at("ln1.w"), ln1b: at("ln1.b"), ln2w: at("ln2.w"), ln2b: at("ln2.b"),
-        W: ["W_Q", "W_K", "W_V"].map((n) => at("attn." + n)), B: ["b_Q", "b_K", "b_V"].map((n) => at("attn." + n)),
-        WO: at("attn.W_O"), Win: at("mlp.W_in"), bin: at("mlp.b_in"), Wout: at("mlp.W_out"), bout: at("mlp.b_out")};
-    });
-    known.set(cfg, off);
-    return off;
-  }
+  const {paramShapes, size, layout} = FM;
 
   function check(cfg) {
     if (!["relu", "gelu"].includes(cfg.act_fn)) throw new Error(`act_fn ${cfg.act_fn} is not trainable here`);
@@ -64,7 +47,7 @@ const FlatTrain = (() => {
   // PyTorch's default initialisation (model.init_params): embeddings N(0, 1) times
   // `embedScale`, linear maps uniform in +-1/sqrt(fan_in), LayerNorm gains 1 and biases 0.
   function init(cfg, u, embedScale = 1) {
-    const flat = new Float64Array(offsets(cfg).total);
+    const flat = new Float64Array(layout(cfg).total);
     const fan = {W_Q: cfg.d_model, W_K: cfg.d_model, W_V: cfg.d_model, b_Q: cfg.d_model,
       b_K: cfg.d_model, b_V: cfg.d_model, W_O: cfg.n_heads * cfg.d_head, W_in: cfg.d_model,
       b_in: cfg.d_model, W_out: cfg.d_mlp, b_out: cfg.d_mlp, W_U: cfg.d_model, b_U: cfg.d_model};
@@ -82,21 +65,6 @@ const FlatTrain = (() => {
     return flat;
   }
 
-  // LayerNorm of row x (length d) at xs[xo..]: writes x_hat and the output, returns the scale.
-  function lnForward(x, xo, d, w, wo, b, bo, xhat, out, eps) {
-    let mean = 0;
-    for (let c = 0; c < d; c++) mean += x[xo + c];
-    mean /= d;
-    let v = 0;
-    for (let c = 0; c < d; c++) { const y = x[xo + c] - mean; xhat[xo + c] = y; v += y * y; }
-    const scale = Math.sqrt(v / d + eps);
-    for (let c = 0; c < d; c++) {
-      xhat[xo + c] /= scale;
-      out[xo + c] = xhat[xo + c] * w[wo + c] + b[bo + c];
-    }
-    return scale;
-  }
-
   // dx of LayerNorm for one row, added into dx; gain and bias gradients into g.
   function lnBackward(dy, xhat, o, d, scale, P, wo, g, bo, dx) {
     let m1 = 0, m2 = 0;
@@ -110,15 +78,13 @@ const FlatTrain = (() => {
     for (let c = 0; c < d; c++) dx[o + c] += (dy[o + c] * P[wo + c] - m1 - xhat[o + c] * m2) / scale;
   }
 
-  // Scratch arrays, reused: allocating typed arrays was most of a small model's step. Each
-  // forward pass starts its sequence length's pool over, and the arrays it returns (and those
-  // of the backward pass that follows) stay valid only until the next pass of that length.
+  // The backward pass's scratch arrays, reused: allocating typed arrays was most of a small
+  // model's step. Each backward pass starts its sequence length's pool over.
   const pools = new WeakMap();
   let pool = null;
   function start(cfg, T) {
-    const key = cfg;
-    if (!pools.has(key)) pools.set(key, new Map());
-    const byT = pools.get(key);
+    if (!pools.has(cfg)) pools.set(cfg, new Map());
+    const byT = pools.get(cfg);
     if (!byT.has(T)) byT.set(T, {arrays: [], i: 0});
     pool = byT.get(T);
     pool.i = 0;
@@ -130,157 +96,30 @@ const FlatTrain = (() => {
     return a;
   }
 
-  // The forward pass of one sequence with everything the backward pass needs.
-  function forward(cfg, P, tokens) {
-    const {LN_EPS, GELU_C} = FM.constants();
-    const off = offsets(cfg);
-    const T = tokens.length, d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, m = cfg.d_mlp;
-    const V = cfg.d_vocab, ln = cfg.normalization === "pre_ln", gelu = cfg.act_fn === "gelu";
-    start(cfg, T);
-    const resid = alloc(T * d), WE = off["embed.W_E"], Wpos = off["pos_embed.W_pos"];
-    for (let t = 0; t < T; t++) {
-      for (let c = 0; c < d; c++) {
-        resid[t * d + c] = P[WE + tokens[t] * d + c] + P[Wpos + t * d + c];
-      }
-    }
-    const layers = [];
-    const sq = Math.sqrt(dh);
-    let x = resid;
-    for (let l = 0; l < cfg.n_layers; l++) {
-      const o = off.L[l], L = {pre: x};
-      let ain = x;
-      if (ln) {
-        L.xhat1 = alloc(T * d); ain = alloc(T * d); L.scale1 = alloc(T);
-        for (let t = 0; t < T; t++) {
-          L.scale1[t] = lnForward(x, t * d, d, P, o.ln1w, P, o.ln1b, L.xhat1, ain, LN_EPS);
-        }
-      }
-      L.ain = ain;
-      const qkv = [alloc(T * H * dh), alloc(T * H * dh), alloc(T * H * dh)];
-      for (let i = 0; i < 3; i++) {
-        const W = o.W[i], B = o.B[i], out = qkv[i];
-        for (let t = 0; t < T; t++) {
-          for (let h = 0; h < H; h++) {
-            for (let e = 0; e < dh; e++) {
-              let s = B >= 0 ? P[B + h * dh + e] : 0;
-              for (let c = 0; c < d; c++) s += ain[t * d + c] * P[W + (h * d + c) * dh + e];
-              out[(t * H + h) * dh + e] = s;
-            }
-          }
-        }
-      }
-      const [q, k, v] = qkv;
-      L.q = q; L.k = k; L.v = v;
-      const pattern = alloc(H * T * T), z = alloc(T * H * dh);
-      for (let h = 0; h < H; h++) {
-        for (let i = 0; i < T; i++) {
-          const row = (h * T + i) * T;
-          let mx = -Infinity;
-          for (let j = 0; j <= i; j++) {
-            let s = 0;
-            for (let e = 0; e < dh; e++) s += q[(i * H + h) * dh + e] * k[(j * H + h) * dh + e];
-            s /= sq;
-            pattern[row + j] = s;
-            if (s > mx) mx = s;
-          }
-          let tot = 0;
-          for (let j = 0; j <= i; j++) { const ex = Math.exp(pattern[row + j] - mx); pattern[row + j] = ex; tot += ex; }
-          for (let j = 0; j <= i; j++) pattern[row + j] /= tot;
-          for (let e = 0; e < dh; e++) {
-            let s = 0;
-            for (let j = 0; j <= i; j++) s += pattern[row + j] * v[(j * H + h) * dh + e];
-            z[(i * H + h) * dh + e] = s;
-          }
-        }
-      }
-      L.pattern = pattern; L.z = z;
-      const mid = alloc(T * d);
-      const WO = o.WO;
-      for (let t = 0; t < T; t++) {
-        for (let c = 0; c < d; c++) {
-          let s = 0;
-          if (WO >= 0) for (let r = 0; r < H * dh; r++) s += z[t * H * dh + r] * P[WO + r * d + c];
-          else s = z[t * H * dh + c];
-          mid[t * d + c] = x[t * d + c] + s;
-        }
-      }
-      x = mid;
-      if (m > 0) {
-        let min = mid;
-        if (ln) {
-          L.xhat2 = alloc(T * d); min = alloc(T * d); L.scale2 = alloc(T);
-          for (let t = 0; t < T; t++) {
-            L.scale2[t] = lnForward(mid, t * d, d, P, o.ln2w, P, o.ln2b, L.xhat2, min, LN_EPS);
-          }
-        }
-        L.min = min;
-        const {Win, bin, Wout, bout} = o;
-        const pre = alloc(T * m), post = alloc(T * m), th = gelu ? alloc(T * m) : null;
-        for (let t = 0; t < T; t++) {
-          for (let u = 0; u < m; u++) {
-            let s = P[bin + u];
-            for (let c = 0; c < d; c++) s += min[t * d + c] * P[Win + c * m + u];
-            pre[t * m + u] = s;
-            if (gelu) {
-              const tt = Math.tanh(GELU_C * s * (1 + 0.044715 * s * s));
-              th[t * m + u] = tt;
-              post[t * m + u] = 0.5 * s * (1 + tt);
-            } else post[t * m + u] = s > 0 ? s : 0;
-          }
-        }
-        const outR = alloc(T * d);
-        for (let t = 0; t < T; t++) {
-          for (let c = 0; c < d; c++) {
-            let s = P[bout + c];
-            for (let u = 0; u < m; u++) s += post[t * m + u] * P[Wout + u * d + c];
-            outR[t * d + c] = mid[t * d + c] + s;
-          }
-        }
-        L.mid = mid; L.preAct = pre; L.post = post; L.tanh = th;
-        x = outR;
-      }
-      layers.push(L);
-    }
-    let fin = x, fxhat = null, fscale = null;
-    if (cfg.ln_final) {
-      fxhat = alloc(T * d); fin = alloc(T * d); fscale = alloc(T);
-      for (let t = 0; t < T; t++) fscale[t] = lnForward(x, t * d, d, P, off["ln_final.w"], P, off["ln_final.b"], fxhat, fin, LN_EPS);
-    }
-    const logits = alloc(T * V), WU = off["unembed.W_U"];
-    const bU = cfg.unembed_bias ? off["unembed.b_U"] : -1;
-    for (let t = 0; t < T; t++) {
-      for (let o = 0; o < V; o++) {
-        let s = bU >= 0 ? P[bU + o] : 0;
-        for (let c = 0; c < d; c++) s += fin[t * d + c] * P[WU + c * V + o];
-        logits[t * V + o] = s;
-      }
-    }
-    return {tokens, T, layers, fin, fxhat, fscale, logits, off};
-  }
-
-  // Adds the gradient of the loss with respect to every parameter into G, given
-  // dlogits (T * V) of one sequence's forward pass `f`.
+  // Adds the gradient of the loss with respect to every parameter into G, given dlogits
+  // (T * V) of one sequence and the workspace `f` its forward pass (FlatModel.run) left.
   function backward(cfg, P, f, dlogits, G) {
     const {GELU_C} = FM.constants();
-    const {T, off, layers} = f;
+    const {T, layers} = f, off = layout(cfg);
+    start(cfg, T);
     const d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, m = cfg.d_mlp, V = cfg.d_vocab;
     const ln = cfg.normalization === "pre_ln", gelu = cfg.act_fn === "gelu", sq = Math.sqrt(dh);
-    const WU = off["unembed.W_U"];
+    const WU = off.WU;
     let dres = alloc(T * d);
     for (let t = 0; t < T; t++) {
       for (let o = 0; o < V; o++) {
         const g = dlogits[t * V + o];
         if (g === 0) continue;
-        if (cfg.unembed_bias) G[off["unembed.b_U"] + o] += g;
+        if (cfg.unembed_bias) G[off.bU + o] += g;
         for (let c = 0; c < d; c++) {
-          G[WU + c * V + o] += f.fin[t * d + c] * g;
+          G[WU + c * V + o] += f.final[t * d + c] * g;
           dres[t * d + c] += g * P[WU + c * V + o];
         }
       }
     }
     if (cfg.ln_final) {
       const dx = alloc(T * d);
-      for (let t = 0; t < T; t++) lnBackward(dres, f.fxhat, t * d, d, f.fscale[t], P, off["ln_final.w"], G, off["ln_final.b"], dx);
+      for (let t = 0; t < T; t++) lnBackward(dres, f.lnFinal.xhat, t * d, d, f.lnFinal.scale[t], P, off.lnfw, G, off.lnfb, dx);
       dres = dx;
     }
     for (let l = cfg.n_layers - 1; l >= 0; l--) {
@@ -292,12 +131,12 @@ const FlatTrain = (() => {
           for (let c = 0; c < d; c++) G[bout + c] += dres[t * d + c];
           for (let u = 0; u < m; u++) {
             let s = 0;
-            const p = L.post[t * m + u];
+            const p = L.mlp_post[t * m + u];
             for (let c = 0; c < d; c++) {
               G[Wout + u * d + c] += p * dres[t * d + c];
               s += dres[t * d + c] * P[Wout + u * d + c];
             }
-            const x = L.preAct[t * m + u];
+            const x = L.mlp_pre[t * m + u];
             if (gelu) {
               const th = L.tanh[t * m + u];
               s *= (0.5 + 0.5 * th) * (1 + x * (1 - th) * (GELU_C + 3 * 0.044715 * GELU_C * x * x));
@@ -309,13 +148,13 @@ const FlatTrain = (() => {
             if (g === 0) continue;
             G[bin + u] += g;
             for (let c = 0; c < d; c++) {
-              G[Win + c * m + u] += L.min[t * d + c] * g;
+              G[Win + c * m + u] += L.mlpIn[t * d + c] * g;
               dmin[t * d + c] += g * P[Win + c * m + u];
             }
           }
         }
         if (ln) {
-          for (let t = 0; t < T; t++) lnBackward(dmin, L.xhat2, t * d, d, L.scale2[t], P, o.ln2w, G, o.ln2b, dres);
+          for (let t = 0; t < T; t++) lnBackward(dmin, L.ln2.xhat, t * d, d, L.ln2.scale[t], P, o.ln2w, G, o.ln2b, dres);
         } else for (let i = 0; i < T * d; i++) dres[i] += dmin[i];
       }
       // attention: out = x + concat_h(softmax(q k^T / sqrt(dh)) v) [W_O]
@@ -370,7 +209,7 @@ const FlatTrain = (() => {
               const g = dx[(t * H + h) * dh + e];
               if (B >= 0) G[B + h * dh + e] += g;
               for (let c = 0; c < d; c++) {
-                G[W + (h * d + c) * dh + e] += L.ain[t * d + c] * g;
+                G[W + (h * d + c) * dh + e] += L.attnIn[t * d + c] * g;
                 dain[t * d + c] += g * P[W + (h * d + c) * dh + e];
               }
             }
@@ -378,16 +217,25 @@ const FlatTrain = (() => {
         }
       }
       if (ln) {
-        for (let t = 0; t < T; t++) lnBackward(dain, L.xhat1, t * d, d, L.scale1[t], P, o.ln1w, G, o.ln1b, dres);
+        for (let t = 0; t < T; t++) lnBackward(dain, L.ln1.xhat, t * d, d, L.ln1.scale[t], P, o.ln1w, G, o.ln1b, dres);
       } else for (let i = 0; i < T * d; i++) dres[i] += dain[i];
     }
-    const WE = off["embed.W_E"], Wpos = off["pos_embed.W_pos"];
+    const WE = off.WE, Wpos = off.Wpos;
     for (let t = 0; t < T; t++) {
       for (let c = 0; c < d; c++) {
         G[Wpos + t * d + c] += dres[t * d + c];
         G[WE + f.tokens[t] * d + c] += dres[t * d + c];
       }
     }
+  }
+
+  // The gradient of the loss with respect to the logits of one sequence, reused as the pools are.
+  const dlogits = new WeakMap();
+  function dlogitsOf(cfg, n) {
+    if (!dlogits.has(cfg)) dlogits.set(cfg, new Map());
+    const byN = dlogits.get(cfg);
+    if (!byN.has(n)) byN.set(n, new Float64Array(n));
+    return byN.get(n).fill(0);
   }
 
   // Per-row negative log-likelihood and its gradient: model.cross_entropy over a batch of
@@ -400,19 +248,19 @@ const FlatTrain = (() => {
     let loss = 0;
     G.fill(0);
     for (let s = 0; s < batch.inputs.length; s++) {
-      const f = forward(cfg, P, batch.inputs[s]);
-      const dl = alloc(f.T * V);
+      const f = FM.run(cfg, P, batch.inputs[s]);
+      const dl = dlogitsOf(cfg, f.T * V), logits = f.logits;
       for (let t = 0; t < f.T; t++) {
         const w = batch.weights[s][t];
         if (w === 0) continue;
         const o = t * V;
         let mx = -Infinity;
-        for (let i = 0; i < V; i++) if (f.logits[o + i] > mx) mx = f.logits[o + i];
+        for (let i = 0; i < V; i++) if (logits[o + i] > mx) mx = logits[o + i];
         let se = 0;
-        for (let i = 0; i < V; i++) se += Math.exp(f.logits[o + i] - mx);
+        for (let i = 0; i < V; i++) { const ex = Math.exp(logits[o + i] - mx); dl[o + i] = ex; se += ex; }
         const y = batch.targets[s][t];
-        loss += (Math.log(se) - (f.logits[o + y] - mx)) * w;
-        for (let i = 0; i < V; i++) dl[o + i] = Math.exp(f.logits[o + i] - mx) / se * (w / total);
+        loss += (Math.log(se) - (logits[o + y] - mx)) * w;
+        for (let i = 0; i < V; i++) dl[o + i] = dl[o + i] / se * (w / total);
         dl[o + y] -= w / total;
       }
       backward(cfg, P, f, dl, G);
@@ -448,7 +296,7 @@ const FlatTrain = (() => {
     return floor + (recipe.lr - floor) * 0.5 * (1 + Math.cos(Math.PI * step / recipe.steps));
   }
 
-  return {offsets, check, rng, init, forward, backward, lossAndGrad, AdamW, lrAt};
+  return {check, rng, init, backward, lossAndGrad, AdamW, lrAt};
 })();
 
 if (typeof module !== "undefined") module.exports = FlatTrain;

@@ -17,7 +17,6 @@ from . import (
     attention,
     circuit,
     data,
-    geometry,
     grokking,
     induction,
     landscape,
@@ -26,6 +25,7 @@ from . import (
     trace_values,
     value_arrows,
 )
+from . import embeddings as geometry
 from .compute import NotInPlane
 from .context import FigureContext
 

@@ -42,7 +42,7 @@ from ..readout import (
 )
 from ..readout.sampling import continue_prompts
 from ..tasks.base import Task
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 
 SLICE_NOTE = "background: the plane's slice of the head space (keys off the plane score otherwise)"
 

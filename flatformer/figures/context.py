@@ -6,9 +6,9 @@ from functools import cached_property
 
 import numpy as np
 
-from ..labels import labels
+from ..readout.labels import labels
 from ..errors import FlatformerError
-from ..runs import Run
+from ..store.runs import Run
 from . import compute as C
 from .style import OTHER_COLOR, token_colors
 
@@ -146,7 +146,7 @@ class FigureContext:
         """Held-out windows ending just before a rule-constrained position, as the rule error
         counts them: (inputs (R, T), index (R,) of the prediction in each window, forced target
         (R,) or -1 where several tokens are allowed, allowed tokens (R, V))."""
-        from ..data import Corpus
+        from ..tasks.windows import Corpus
 
         held = Corpus.from_sequences(self.task, self.held_out, with_allowed=True)
         return held.rule_windows(self.cfg.n_ctx)

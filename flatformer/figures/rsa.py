@@ -103,7 +103,7 @@ def training_similarity(report: dict, measure: str = "cka"):
 
 @styled
 def seeds_matrix(report: dict, name: str, measure: str = "cka"):
-    m = np.asarray(report["activations"][name][measure]["matrix"])
+    m = np.asarray(report["by_activation"][name][measure]["matrix"])
     fig = new_figure(style.COLUMN_WIDTH, style.COLUMN_WIDTH * 0.9)
     ax = fig.subplots()
     seeds = report["seeds"] if len(m) <= 16 else None  # more would overprint
@@ -129,7 +129,8 @@ def seeds_matrix(report: dict, name: str, measure: str = "cka"):
 
 @styled
 def data_bars(data: dict):
-    acts = sorted(data["activations"], key=lambda a: -a["correlation"])
+    names = sorted(data["by_activation"], key=lambda n: -data["by_activation"][n]["correlation"])
+    acts = [data["by_activation"][n] for n in names]
     fig = new_figure(style.PAGE_WIDTH * 0.7, 2.8)
     ax = fig.subplots()
     x = np.arange(len(acts))
@@ -142,7 +143,7 @@ def data_bars(data: dict):
         lower, upper = data["noise_ceiling"]
         ax.axhspan(lower, upper, color="#BBBBBB", alpha=0.6, lw=0, label="noise ceiling")
         ax.legend(fontsize=style.MIN_FONT + 1, frameon=False, loc="upper right")
-    ax.set_xticks(x, [short(a["name"]) for a in acts], rotation=90, fontsize=style.MIN_FONT)
+    ax.set_xticks(x, [short(n) for n in names], rotation=90, fontsize=style.MIN_FONT)
     ax.set_ylabel(f"RDM correlation ({data['comparison']})")
     note = f"{data['rdm']} RDMs; bars: 95% bootstrap CI over stimuli" + (
         "" if data["noise_ceiling"] else f"; no ceiling: {data['noise_ceiling_reason']}"

@@ -40,7 +40,7 @@ def row_names(keys) -> list[str]:
 
 
 def dim_cols(n: int) -> list[str]:
-    from .geometry import dim_names
+    from .embeddings import dim_names
 
     return dim_names(n)
 

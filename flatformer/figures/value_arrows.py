@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..data import evenly_spaced
+from ..tasks.windows import evenly_spaced
 from . import compute as C
 from . import style
 from .context import FigureContext

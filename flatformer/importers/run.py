@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import FlatformerError
-from ..checkpoints import checkpoint_bytes
+from ..store.checkpoints import checkpoint_bytes
 from ..store.layout import checkpoint_path
 from ..store.lock import hold
 from ..store.read import read_text
@@ -18,7 +18,7 @@ from ..tasks.imported import ImportedTask
 from .common import Imported
 
 MAX_CORPUS_BYTES = 64 << 20  # read whole; its last MAX_TEXT_TOKENS tokens are kept
-FORMATS = ("nanogpt", "hf-gpt2", "transformer-lens")
+FORMATS = ("nanogpt", "hf-gpt2", "transformer-lens", "interpbench")
 
 
 def detect(source: Path, config: Path | None = None) -> str:
@@ -27,6 +27,10 @@ def detect(source: Path, config: Path | None = None) -> str:
         return "transformer-lens"
     if source.is_file() and source.suffix in (".pt", ".pth", ".ckpt"):
         return "nanogpt"
+    from .interpbench import is_case
+
+    if is_case(source):  # ll_model.pth beside ll_model_cfg.pkl
+        return "interpbench"
     if source.is_dir() and (source / "config.json").exists():  # Hugging Face's, not a run's
         return "hf-gpt2"
     raise FlatformerError(f"{source}: cannot tell its format; give --format ({', '.join(FORMATS)})")
@@ -47,10 +51,12 @@ def read_source(
         raise FlatformerError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if config is not None and fmt != "transformer-lens":
         raise FlatformerError(f"--config is for TransformerLens state dicts, not {fmt}")
-    from . import hf_gpt2, nanogpt, tlens
+    from . import hf_gpt2, interpbench, nanogpt, tlens
 
     if fmt == "transformer-lens":
         imported = tlens.read(source, config)
+    elif fmt == "interpbench":
+        imported = interpbench.read(source)
     else:
         imported = (nanogpt if fmt == "nanogpt" else hf_gpt2).read(source)
     if vocab is not None:

@@ -25,7 +25,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import FlatformerError
 from ..store.read import read_json
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 from . import tl_source, validate
 from .common import Imported, as_array, check_ln_eps, refuse, sha256, torch_state
 
@@ -40,7 +40,6 @@ NEUTRAL = {
     "uses_rms_norm": (False, "RMSNorm"),
     "use_qk_norm": (False, "query and key norms"),
     "use_local_attn": (False, "local attention"),
-    "attention_dir": ("causal", "attention that is not causal"),
     "scale_attn_by_inverse_layer_idx": (False, "attention scaled by 1/layer"),
     "use_attn_scale": (True, "attention not scaled by 1/sqrt(d_head)"),
     "use_yarn_rope": (False, "YaRN rotary scaling"),
@@ -90,6 +89,7 @@ INERT = set(
 )
 SIZES = ("d_model", "d_head", "n_heads", "n_layers", "n_ctx", "d_vocab")
 HANDLED = set(SIZES) | {
+    "attention_dir",
     "positional_embedding_type",
     "d_mlp",
     "d_vocab_out",
@@ -158,6 +158,8 @@ def check_fields(c: dict) -> None:
     for name in SOFT_CAPS:
         if name in c and c[name] is not None and float(c[name]) > 0:
             found.append((name, c[name], "logit soft-capping"))
+    if c.get("attention_dir", "causal") not in ("causal", "bidirectional"):
+        found.append(("attention_dir", c["attention_dir"], "neither causal nor bidirectional"))
     kv = c.get("n_key_value_heads")
     if kv is not None and kv != c.get("n_heads"):
         found.append(("n_key_value_heads", kv, "grouped-query attention"))
@@ -391,6 +393,7 @@ def assemble(c: dict, t: dict, H: int) -> tuple[ModelConfig, dict, list[str]]:
         unembed_bias=True,
         ln_final=norm is not None,
         d_vocab_out=0 if V_out == V else V_out,
+        causal=c.get("attention_dir", "causal") == "causal",  # "bidirectional": tracr's models
     )
     shapes = cfg.param_shapes()
     extra = sorted(set(t) - set(shapes))

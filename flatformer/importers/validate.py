@@ -12,10 +12,10 @@ import math
 
 import numpy as np
 
-from ..checkpoints import MAX_HEADER_BYTES
+from ..store.checkpoints import MAX_HEADER_BYTES
 from ..config import LIMITS, MAX_PARAMS
 from ..errors import FlatformerError
-from ..limits import number, whole
+from ..store.limits import number, whole
 from ..store.read import parse_json, read_bytes
 
 # A source file read whole: the largest model `train` makes in float64, four times over (a

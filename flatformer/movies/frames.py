@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FlatformerError
-from ..runs import Run
-from ..transformer import Transformer
+from ..store.runs import Run
+from ..model.transformer import Transformer
 
 
 @dataclass
@@ -60,7 +60,7 @@ def load_checkpoints(run: Run, evaluate_missing: bool = True, every: int = 1) ->
     rule = np.array([rows[s]["rule_error"] if s in rows else np.nan for s in steps], dtype=float)
     missing = np.array([s not in rows for s in steps])
     if evaluate_missing and missing.any():
-        from ..evaluate import evaluate
+        from ..training.evaluate import evaluate
         from ..engine.model import Params
 
         params = Params.stack(run.cfg, [w for w, m in zip(weights, missing) if m])

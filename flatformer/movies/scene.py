@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..labels import labels as display_labels
+from ..readout.labels import labels as display_labels
 from ..figures import compute as C
 from ..figures import style
 from .draw import Frame

@@ -66,5 +66,10 @@ def write_compiled_run(
             },
         },
     }
+    from ..model.transformer import Transformer
+    from .circuit import known_edges
+
+    model = Transformer(compiled.cfg, compiled.tensors)
+    provenance["circuit"] = {"source": "compiled program", "edges": known_edges(model)}
     imported = Imported(compiled.cfg, compiled.tensors, compiled.token_names, provenance)
     return write_run(imported, ImportedTask(compiled.token_names), out)

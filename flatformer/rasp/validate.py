@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 from .compile import CompiledProgram
 from .rasp import evaluate, too_wide
 

@@ -7,7 +7,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import FlatformerError
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 
 
 def by_length(prompts) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -17,10 +17,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..data import evenly_spaced
+from ..tasks.windows import evenly_spaced
 from ..errors import FlatformerError
-from ..limits import number
-from ..transformer import Transformer
+from ..store.limits import number
+from ..model.transformer import Transformer
 from .batches import next_token_logits
 from .probs import knob_kl
 

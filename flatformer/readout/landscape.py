@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import FlatformerError
 from ..engine.components import layer_norm, mlp
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 from .plane import grid
 from .probs import entropy, softmax
 

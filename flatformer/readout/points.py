@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ModelConfig
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 from .plane import Field, Plane, fit_plane, grid
 
 
@@ -44,7 +44,7 @@ PASS_BYTES = 256 * 2**20  # a forward pass's cache when only some points are wan
 def rows_per_pass(cfg: ModelConfig, width: int, budget: int = PASS_BYTES) -> int:
     """Sequences of `width` tokens one forward pass may take within `budget` bytes of cache
     (every activation is kept), at least one."""
-    from ..resources import per_token_floats
+    from ..store.resources import per_token_floats
 
     return max(1, budget // (width * per_token_floats(cfg) * 8))
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FlatformerError
-from ..limits import MAX_TOKENS, whole
-from ..transformer import Transformer
+from ..store.limits import MAX_TOKENS, whole
+from ..model.transformer import Transformer
 from .knobs import Hooks
 from .probs import entropy as _entropy
 from .probs import softmax

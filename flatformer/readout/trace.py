@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..transformer import Transformer
+from ..model.transformer import Transformer
 from .points import point_label
 from .probs import softmax
 

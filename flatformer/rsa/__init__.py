@@ -1,8 +1,8 @@
 """Representational geometry: RDMs, CKA and shape distances over a model's named activations."""
 
+from .crossnobis import crossnobis_rdm
 from .measures import (
     correlation_rdm,
-    crossnobis_rdm,
     euclidean_rdm,
     kendall_tau_a,
     linear_cka,

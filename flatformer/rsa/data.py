@@ -224,17 +224,14 @@ def compare_with_data(
         null[p] = (model_z @ d.T).mean(1) / d.shape[1]
     pvals = (1 + (null >= observed).sum(0)) / (1 + permutations)
 
-    activations = []
+    by_activation = {}
     for k, name in enumerate(names):
         ci = np.percentile(boots[:, k], [2.5, 97.5]).tolist() if bootstrap else None
-        activations.append(
-            {
-                "name": name,
-                "correlation": float(observed[k]),
-                "ci": ci,
-                "p": float(pvals[k]) if permutations else None,
-            }
-        )
+        by_activation[name] = {
+            "correlation": float(observed[k]),
+            "ci": ci,
+            "p": float(pvals[k]) if permutations else None,
+        }
     if len(data) >= 2:
         ceiling, reason = list(noise_ceiling(data, method)), None
     elif x.ndim == 2:
@@ -252,7 +249,8 @@ def compare_with_data(
         "seed": seed,
         "bootstrap": bootstrap,
         "permutations": permutations,
-        "activations": activations,
+        "activations": names,
+        "by_activation": by_activation,
         "noise_ceiling": ceiling,
         "noise_ceiling_reason": reason,
         "best": best,

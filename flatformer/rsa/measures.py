@@ -8,7 +8,6 @@ import numpy as np
 from scipy.stats import kendalltau, rankdata
 
 from ..errors import FlatformerError
-from .crossnobis import crossnobis_rdm  # noqa: F401  (re-exported: a dissimilarity too)
 
 
 def _matrix(x, name="representation") -> np.ndarray:

@@ -238,7 +238,8 @@ def seeds_report(runs, step=None, measures=("cka",)) -> dict:
         "rule_error": errors,
         "successful": good,
         "measures": list(measures),
-        "activations": {},
+        "activations": [],
+        "by_activation": {},
     }
     iu = np.triu_indices(len(runs), 1)
     ig = np.triu_indices(len(good), 1)
@@ -256,5 +257,6 @@ def seeds_report(runs, step=None, measures=("cka",)) -> dict:
                 ),
                 "matrix": m.tolist(),
             }
-        out["activations"][name] = entry
+        out["activations"].append(name)
+        out["by_activation"][name] = entry
     return out

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ..checkpoints import check_optim, read_checkpoint
+from .checkpoints import check_optim, read_checkpoint
 from ..errors import FlatformerError
 from .layout import CHECKPOINTS, CONFIG, METRICS, checkpoint_path, checkpoint_steps
 from .read import parse_json, read_text

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import FlatformerError
-from ..limits import processes
+from ..store.limits import processes
 from ..store.lock import hold
 from .cluster import _ray_session, _run_ray, _split_address
 from .plan import _build, _pairs, expand, load_sweep
@@ -22,7 +22,7 @@ def check_sweep_fits(jobs: list[dict], out_dir: Path, workers: int, local: bool)
     """Refuse before anything runs a sweep whose jobs do not fit: each job in its share of this
     machine's memory (when the jobs run here), and all of them on the sweep folder's disk.
     Returns the estimate as a line to show."""
-    from ..resources import available_memory, check_fits, estimate, free_disk, gb
+    from ..store.resources import available_memory, check_fits, estimate, free_disk, gb
 
     built = [_build(job)[0] for job in jobs]
     memory = available_memory()

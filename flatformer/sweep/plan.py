@@ -68,7 +68,7 @@ def load_sweep(path) -> dict:
 def expand(sweep: dict, out_dir) -> list[dict]:
     """Every job of the sweep, in the order of its axes: plain dicts (they travel to worker
     processes and Ray tasks, and into done.json). Each is checked by building its Job."""
-    from ..jobs import parse_seeds
+    from ..training.jobs import parse_seeds
     from ..tasks import get_task
 
     try:
@@ -140,7 +140,7 @@ def _label(overrides: dict) -> str:
 
 def spec(job: dict):
     """The `JobSpec` of one sweep job (a plain dict: it travels to workers and Ray tasks)."""
-    from ..jobs import JobSpec
+    from ..training.jobs import JobSpec
 
     first, last = job["seeds"]
     return JobSpec(

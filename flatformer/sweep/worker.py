@@ -65,7 +65,7 @@ def run_job(job: dict) -> dict:
     user can fix, so one bad configuration does not stop the others."""
     from ..store.layout import DONE
     from ..store.write import atomic_write
-    from ..train import train
+    from ..training.trainer import train
 
     try:
         if not (Path(job["sweep_dir"]) / "sweep.json").is_file():

@@ -16,7 +16,7 @@ from .modular_addition import ModularAddition
 from .plus_last_even import PlusLastEven
 from .successor import Successor
 from .tiny_grammar import TinyGrammar
-from ..suggest import did_you_mean
+from ..errors import did_you_mean
 
 TASKS: dict[str, type[Task]] = {
     cls.name: cls

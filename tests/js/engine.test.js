@@ -60,6 +60,23 @@ for (const c of fixture.configs) {
     }
   });
 
+  test(`${c.name}: the flat pass the trainer runs writes the engine's activations, with and without knobs`, () => {
+    // FlatModel.run on the flat weights, its workspace read as it is (no nesting): every named
+    // array, in hook_names order, and the logits; and the explorer's forward is a view of it.
+    const P = Float64Array.from(c.flat);
+    for (const r of c.runs) {
+      const ws = M.run(c.cfg, P, r.tokens, r.js);
+      assert.deepStrictEqual(ws.hooks.map(([name]) => name), c.hooks, "the activations' names, in order");
+      close(ws.logits, r.logits.flat(), `${r.knobs} logits`);
+      for (const [name, data, dims] of ws.hooks) {
+        assert.strictEqual(data.length, dims.reduce((a, b) => a * b, 1), name);
+        close(data, r.cache[name].flat(Infinity), `${r.knobs} ${name} (flat)`);
+      }
+    }
+    const again = M.run(c.cfg, P, c.runs[0].tokens);
+    assert.strictEqual(again, M.run(c.cfg, P, c.runs[0].tokens), "one workspace per config and length, reused");
+  });
+
   test(`${c.name}: a knob's KL(original || changed) at every position is readout.probs's`, () => {
     for (const r of c.runs) {
       const base = M.forward(model, r.tokens).logits, now = M.forward(model, r.tokens, r.js).logits;

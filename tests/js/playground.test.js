@@ -30,17 +30,20 @@ for (const g of fixture.gradients) {
   });
 }
 
-test("AdamW after many steps on the same batches equals optim.AdamW's", () => {
+test("AdamW after many steps on the same batches equals optim.AdamW's, and so does the loss at every step", () => {
   const a = fixture.adam;
   const P = Float64Array.from(a.params), G = new Float64Array(P.length);
   const opt = new FlatTrain.AdamW(P, {betas: a.betas, eps: a.eps, weightDecay: a.weight_decay});
-  a.batches.forEach((batch, step) => {
-    FlatTrain.lossAndGrad(a.cfg, P, batch, G);
+  const losses = a.batches.map((batch, step) => {
+    const loss = FlatTrain.lossAndGrad(a.cfg, P, batch, G);
     opt.step(G, FlatTrain.lrAt(a.recipe, step));
+    return loss;
   });
   const w = worst(P, a.final);
   assert.ok(w < 1e-9, `worst parameter difference after ${a.batches.length} steps: ${w}`);
   assert.ok(worst(opt.v, a.v) < 1e-9);
+  assert.ok(a.losses.length === a.batches.length && a.losses[0] > a.losses[a.losses.length - 1], "a falling curve");
+  assert.ok(worst(losses, a.losses) < 1e-9, `worst loss difference over ${a.losses.length} steps: ${worst(losses, a.losses)}`);
 });
 
 for (const h of fixture.held) {

@@ -1,0 +1,270 @@
+"""Bridges to the PyTorch ecosystem: the same model as a `torch.nn.Module` or a TransformerLens
+`HookedTransformer`. PyTorch is optional: `pip install flatformer[torch]`.
+
+`TorchTransformer` is written independently of the NumPy engine, with autograd doing the backward
+pass, so the tests also use it as the oracle for the engine's hand-written gradients.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..config import ModelConfig
+from ..errors import FlatformerError
+
+try:
+    import torch
+    from torch import nn
+except ImportError:  # pragma: no cover - exercised only without the extra
+    torch = None
+    nn = None
+
+
+def _require_torch():
+    if torch is None:
+        raise FlatformerError("PyTorch is not installed: pip install 'flatformer[torch]'")
+
+
+if torch is not None:
+
+    class HookPoint(nn.Module):
+        """An identity module whose output is recorded and may be replaced by a hook."""
+
+        def __init__(self):
+            super().__init__()
+            self.name = ""
+
+        def forward(self, x, ctx):
+            fn = ctx["hooks"].get(self.name)
+            if fn is not None:
+                x = fn(x, self.name)
+            ctx["cache"][self.name] = x
+            return x
+
+    class TorchTransformer(nn.Module):
+        """The flatformer transformer in PyTorch, with parameters named like the engine's."""
+
+        def __init__(self, cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype=torch.float64):
+            super().__init__()
+            self.cfg = cfg
+            self.params = nn.ParameterDict(
+                {
+                    name.replace(".", "__"): nn.Parameter(
+                        torch.tensor(np.asarray(tensors[name]), dtype=dtype)
+                    )
+                    for name in cfg.param_shapes()
+                }
+            )
+            from ..engine.model import hook_names
+
+            self.hook_points = nn.ModuleDict()
+            for name in hook_names(cfg):
+                point = HookPoint()
+                point.name = name
+                self.hook_points[name.replace(".", "__")] = point
+
+        def p(self, name):
+            return self.params[name.replace(".", "__")]
+
+        def hook(self, name, x, ctx):
+            return self.hook_points[name.replace(".", "__")](x, ctx)
+
+        def layer_norm(self, x, w, b, name, ctx):
+            x = x - x.mean(-1, keepdim=True)
+            scale = self.hook(
+                name + ".hook_scale", (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt(), ctx
+            )
+            return self.hook(name + ".hook_normalized", x / scale * w + b, ctx)
+
+        def forward(self, tokens, hooks=None, cache=None):
+            """Logits (B, T, V) for integer tokens (B, T); fills `cache` with named activations."""
+            cfg = self.cfg
+            ctx = {"hooks": hooks or {}, "cache": {} if cache is None else cache}
+            T = tokens.shape[-1]
+            x = self.hook("hook_embed", self.p("embed.W_E")[tokens], ctx)
+            pos = self.p("pos_embed.W_pos")[:T].expand(tokens.shape[0], T, cfg.d_model)
+            resid = x + self.hook("hook_pos_embed", pos, ctx)
+            mask = torch.ones(T, T, dtype=torch.bool)
+            if cfg.causal:
+                mask = mask.tril()
+            for layer in range(cfg.n_layers):
+                b = f"blocks.{layer}."
+                resid = self.hook(b + "hook_resid_pre", resid, ctx)
+                h = resid
+                if cfg.normalization == "pre_ln":
+                    h = self.layer_norm(h, self.p(b + "ln1.w"), self.p(b + "ln1.b"), b + "ln1", ctx)
+                qkv = []
+                for w in "QKV":
+                    out = torch.einsum("btd,hde->bthe", h, self.p(b + f"attn.W_{w}"))
+                    if cfg.qkv_bias:
+                        out = out + self.p(b + f"attn.b_{w}")
+                    qkv.append(self.hook(b + f"attn.hook_{w.lower()}", out, ctx))
+                q, k, v = qkv
+                scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / math.sqrt(cfg.d_head)
+                scores = self.hook(
+                    b + "attn.hook_attn_scores", scores.masked_fill(~mask, float("-inf")), ctx
+                )
+                pattern = self.hook(b + "attn.hook_pattern", scores.softmax(-1), ctx)
+                z = self.hook(b + "attn.hook_z", torch.einsum("bhqk,bkhe->bqhe", pattern, v), ctx)
+                if cfg.attn_out:
+                    attn_out = torch.einsum("bqhe,hed->bqd", z, self.p(b + "attn.W_O"))
+                else:
+                    attn_out = z.flatten(-2)
+                if cfg.attn_out_bias:
+                    attn_out = attn_out + self.p(b + "attn.b_O")
+                attn_out = self.hook(b + "hook_attn_out", attn_out, ctx)
+                if cfg.attn_only:
+                    resid = self.hook(b + "hook_resid_post", resid + attn_out, ctx)
+                    continue
+                resid = self.hook(b + "hook_resid_mid", resid + attn_out, ctx)
+                h = resid
+                if cfg.normalization == "pre_ln":
+                    h = self.layer_norm(h, self.p(b + "ln2.w"), self.p(b + "ln2.b"), b + "ln2", ctx)
+                pre = self.hook(
+                    b + "mlp.hook_pre", h @ self.p(b + "mlp.W_in") + self.p(b + "mlp.b_in"), ctx
+                )
+                if cfg.act_fn == "relu":
+                    post = torch.relu(pre)
+                elif cfg.act_fn == "gelu_erf":
+                    post = nn.functional.gelu(pre)
+                else:
+                    post = nn.functional.gelu(pre, approximate="tanh")
+                post = self.hook(b + "mlp.hook_post", post, ctx)
+                mlp_out = self.hook(
+                    b + "hook_mlp_out",
+                    post @ self.p(b + "mlp.W_out") + self.p(b + "mlp.b_out"),
+                    ctx,
+                )
+                resid = self.hook(b + "hook_resid_post", resid + mlp_out, ctx)
+            if cfg.ln_final:
+                resid = self.layer_norm(
+                    resid, self.p("ln_final.w"), self.p("ln_final.b"), "ln_final", ctx
+                )
+            logits = resid @ self.p("unembed.W_U")
+            if cfg.unembed_bias:
+                logits = logits + self.p("unembed.b_U")
+            return logits
+
+        def run_with_cache(self, tokens, hooks=None):
+            cache = {}
+            logits = self.forward(tokens, hooks=hooks, cache=cache)
+            return logits, cache
+
+
+def to_torch(run_or_model, step: int | None = None, dtype=None):
+    """A `torch.nn.Module` with the run's weights (at `step`, default the last) and hook names."""
+    _require_torch()
+    model = _as_model(run_or_model, step)
+    return TorchTransformer(model.cfg, model.tensors, dtype=dtype or torch.float64)
+
+
+def _as_model(run_or_model, step):
+    from .transformer import Transformer
+
+    if isinstance(run_or_model, Transformer):
+        return run_or_model
+    from ..store.runs import load_run
+
+    run = load_run(run_or_model) if not hasattr(run_or_model, "model") else run_or_model
+    return run.model(step)
+
+
+def to_transformer_lens(run_or_model, step: int | None = None):
+    """A TransformerLens `TransformerBridge` (TransformerLens 4) with the run's weights, float64.
+
+    TransformerLens 4 removed `HookedTransformer`; its successor is a `TransformerBridge` around
+    TransformerLens's own native model, in compatibility mode (legacy hook names such as
+    `blocks.0.attn.hook_pattern`). We load our weights without its weight processing (no LN
+    folding, no centring), so every weight and activation is ours. Where our model lacks a piece
+    TransformerLens always has: no W_O (heads concatenated) becomes W_O = identity blocks; missing
+    biases (b_Q/b_K/b_V, b_O unless `attn_out_bias`, b_U) are zeros; attention-only blocks (d_mlp = 0) are its
+    `attn_only`; and its final LayerNorm slot is an identity unless our model has `ln_final`
+    (then it is our final LayerNorm, with its hook_scale and hook_normalized). Its attention masks with -inf and scales by 1/sqrt(d_head), like
+    ours. Two activations differ in meaning: its `ln*.hook_normalized` is x_hat before the gain
+    and bias (ours is x_hat * w + b), and TransformerLens 4.3's bridge records this model's
+    `attn.hook_attn_scores` after the fact from what the attention module returns, which is the
+    softmaxed pattern, so read pre-softmax scores from our engine. Its `set_use_attn_result` is
+    not available for this architecture; `cache.stack_head_results()` gives per-head outputs.
+    """
+    _require_torch()
+    model = _as_model(run_or_model, step)
+    cfg = model.cfg
+    try:
+        from transformer_lens import TransformerBridgeConfig
+        from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
+        from transformer_lens.model_bridge.generalized_components.normalization import (
+            NormalizationBridge,
+        )
+        from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+        from transformer_lens.model_bridge.sources.native.model import NativeModel
+        from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
+    except ImportError as exc:
+        raise FlatformerError(
+            f"to_transformer_lens needs TransformerLens 4 (TransformerBridge): "
+            f"pip install 'transformer-lens>=4' ({exc})"
+        ) from None
+    dtype = torch.float64
+    tl_cfg = TransformerBridgeConfig(
+        d_model=cfg.d_model,
+        d_head=cfg.d_head,
+        n_heads=cfg.n_heads,
+        n_layers=cfg.n_layers,
+        d_mlp=cfg.d_mlp or None,
+        attn_only=cfg.attn_only,
+        n_ctx=cfg.n_ctx,
+        d_vocab=cfg.d_vocab,
+        d_vocab_out=cfg.vocab_out,
+        # our "gelu" is the tanh approximation (its gelu_new); our gelu_erf is its exact "gelu"
+        act_fn={"relu": "relu", "gelu": "gelu_new", "gelu_erf": "gelu"}[cfg.act_fn],
+        normalization_type="LN" if cfg.normalization == "pre_ln" else None,
+        eps=1e-5,
+        positional_embedding_type="standard",
+        attention_dir="causal" if cfg.causal else "bidirectional",
+        architecture="TransformerLensNative",
+        init_weights=False,
+        dtype=dtype,
+    )
+    net = NativeModel(tl_cfg).to(dtype)
+    # TransformerLens ties the final norm to the blocks' normalization_type; ours is separate.
+    if not cfg.ln_final:
+        net.ln_out = nn.Identity()
+    elif cfg.normalization == "none":
+        net.ln_out = nn.LayerNorm(cfg.d_model, eps=1e-5, dtype=dtype)
+
+    def final_norm(adapter):
+        # Without ln_final a plain component passes the identity through (a LayerNorm bridge
+        # would recompute LayerNorm itself); with it and no block norms, a LayerNorm bridge.
+        if not cfg.ln_final:
+            adapter.component_mapping["ln_final"] = GeneralizedComponent(
+                name="ln_out", config=adapter.cfg
+            )
+        elif cfg.normalization == "none":
+            adapter.component_mapping["ln_final"] = NormalizationBridge(
+                name="ln_out", config=adapter.cfg, uses_rms_norm=False
+            )
+
+    bridge = build_bridge_from_module(
+        net,
+        "TransformerLensNative",
+        tl_config=tl_cfg,
+        dtype=dtype,
+        model_name="flatformer",
+        post_adapter_hook=final_norm,
+    )
+    H, dh, d = cfg.n_heads, cfg.d_head, cfg.d_model
+    state = {name: torch.tensor(t, dtype=dtype) for name, t in model.tensors.items()}
+    for layer in range(cfg.n_layers):
+        b = f"blocks.{layer}.attn."
+        if not cfg.attn_out:
+            # Concatenating heads is multiplying by identity blocks: head h writes dims h*dh..
+            state[b + "W_O"] = torch.eye(H * dh, dtype=dtype).reshape(H, dh, d)
+        for w in "QKV":
+            state.setdefault(b + f"b_{w}", torch.zeros(H, dh, dtype=dtype))
+        state.setdefault(b + "b_O", torch.zeros(d, dtype=dtype))
+    state.setdefault("unembed.b_U", torch.zeros(cfg.vocab_out, dtype=dtype))
+    bridge.load_state_dict(convert_tl_checkpoint(state, bridge.cfg), strict=True)
+    bridge.enable_compatibility_mode(no_processing=True, disable_warnings=True)
+    bridge.eval()
+    return bridge

@@ -1,0 +1,1 @@
+"""Training many seeds at once, evaluating them, and the recipes they follow."""
