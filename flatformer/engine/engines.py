@@ -5,9 +5,9 @@ trainer, the evaluation and the views hold an Engine and call it; which one they
 decided once, in select.py.
 
 What an engine needs of a run: the weights (a model.Params), an optim.AdamW, the training
-corpus (a tasks.windows.Corpus) with each step's window starts, and the held-out windows (a
-tasks.windows.TaskData). Neither keeps state between calls: a resumed run's snapshot is all either
-needs to continue. The compiled engine also compiles its kernels on a cold start (`prepare`,
+corpus (a tasks.windows.Corpus) with each step's window starts, and the held-out windows
+(a tasks.windows.TaskData). Neither keeps state between calls: a resumed run's snapshot is
+all either needs to continue. The compiled engine also compiles its kernels on a cold start (`prepare`,
 `warm`); the reference needs nothing first.
 """
 
@@ -45,13 +45,15 @@ class Engine:
 
     def train_steps(self, params, opt, corpus, starts, drop_unseen: bool, lrs, loss_sum):
         """K AdamW steps on params and opt (an optim.AdamW), in place: step k of seed s on the
-        windows of `corpus` (a tasks.windows.Corpus) starting at starts[k, s], as corpus.windows(starts,
-        n_ctx, drop_unseen) gives them; lrs (K,). Each step's loss is added to loss_sum (S,).
-        Returns per seed the index of the first step whose loss was not finite, or -1."""
+        windows of `corpus` (a tasks.windows.Corpus) starting at starts[k, s], as
+        corpus.windows(starts, n_ctx, drop_unseen) gives them; lrs (K,). Each step's loss is
+        added to loss_sum (S,). Returns per seed the index of the first step whose loss was not
+        finite, or -1."""
         raise NotImplementedError
 
     def evaluate(self, params, data, with_loss: bool = True):
-        """Per-seed held-out loss and rule error, each (S,) (training.evaluate.evaluate says which)."""
+        """Per-seed held-out loss and rule error, each (S,) (training.evaluate.evaluate says
+        which windows)."""
         raise NotImplementedError
 
     def logits_at(self, params, inputs, index=None):
