@@ -7,8 +7,8 @@ decided once, in select.py.
 What an engine needs of a run: the weights (a model.Params), an optim.AdamW, the training
 corpus (a tasks.windows.Corpus) with each step's window starts, and the held-out windows
 (a tasks.windows.TaskData). Neither keeps state between calls: a resumed run's snapshot is
-all either needs to continue. The compiled engine also compiles its kernels on a cold start (`prepare`,
-`warm`); the reference needs nothing first.
+all either needs to continue. The compiled engine also compiles its kernels on a cold start
+(`prepare`, `warm`); the reference needs nothing first.
 """
 
 from __future__ import annotations
