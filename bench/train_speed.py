@@ -1,7 +1,7 @@
 """Training speed at every model size against PyTorch as its users write it: flatformer's step
-(the compiled float64 path, the NumPy engine in float64 and float32, and the engine and dtype
-`flatformer train` picks by default) against a nanoGPT-style model of the same architecture and
-parameter count (a fused QKV nn.Linear, F.scaled_dot_product_attention(is_causal=True),
+(the compiled float64 engine, the NumPy engine in float64 and float32, and which of them
+`flatformer train` picks by default at that batch, asked of engine/select.py) against a
+nanoGPT-style model of the same architecture and parameter count (a fused QKV nn.Linear, F.scaled_dot_product_attention(is_causal=True),
 nn.LayerNorm, nn.GELU, torch.optim.AdamW, float32), per step with one thread each and two, and
 end to end through `flatformer train` against an eager PyTorch training loop of the same steps.
 
@@ -34,15 +34,15 @@ from common import record  # noqa: E402
 from flatformer.config import LN_EPS, ModelConfig, preset  # noqa: E402
 from flatformer.tasks.windows import Corpus  # noqa: E402
 from flatformer.engine import kernels  # noqa: E402
-from flatformer.engine.dtypes import default_dtype  # noqa: E402
+from flatformer.engine.engines import COMPILED, REFERENCE  # noqa: E402
+from flatformer.engine.select import resolve  # noqa: E402
 from flatformer.engine.model import (  # noqa: E402
-    backward,
-    cross_entropy,
     forward,
     init_params,
     keep_freed_memory,
 )
 from flatformer.engine.optim import AdamW  # noqa: E402
+from flatformer.training.recipes import get_recipe  # noqa: E402
 
 
 def bigger(d, heads, layers, ctx, vocab):
@@ -164,10 +164,13 @@ def batches(cfg, batch, steps, seed=0):
     return tokens, rng.integers(0, cfg.d_vocab, tokens.shape), np.ones(tokens.shape)
 
 
-def compiled_steps(cfg, batch, steps):
-    """`steps` compiled float64 steps (compiled or loaded first); the kernel cuts each step's
-    windows from a corpus itself, as in training."""
+def corpus_steps(engine, cfg, batch, steps, dtype=np.float64):
+    """`steps` training steps on `engine` in `dtype` (run once first: the compiled engine
+    compiles or loads its kernel), as the trainer calls it: each step's windows cut from a
+    corpus."""
+    keep_freed_memory()  # as the trainer does
     params = init_params(cfg, [np.random.default_rng(0)])
+    params = params.like(params.flat.astype(dtype))
     rng, n = np.random.default_rng(0), 4096
     corpus = Corpus(
         rng.integers(0, cfg.d_vocab, n),
@@ -178,26 +181,8 @@ def compiled_steps(cfg, batch, steps):
     )
     starts = rng.integers(0, n - cfg.n_ctx - 1, (steps, 1, batch))
     opt, loss = AdamW(params.flat), np.zeros(1)
-    kernels.train_steps(params, opt, corpus, starts[:1], False, [1e-3], loss)
-    return lambda: kernels.train_steps(params, opt, corpus, starts, False, [1e-3] * steps, loss)
-
-
-def numpy_steps(cfg, batch, steps, dtype):
-    """`steps` NumPy engine steps in `dtype` (run once first)."""
-    keep_freed_memory()  # as the trainer does
-    params = init_params(cfg, [np.random.default_rng(0)])
-    params = params.like(params.flat.astype(dtype))
-    opt = AdamW(params.flat)
-    tokens, targets, weights = batches(cfg, batch, steps)
-
-    def run():
-        for k in range(steps):
-            logits, cache = forward(params, tokens[k])
-            _, dlogits = cross_entropy(logits, targets[k], weights[k])
-            opt.step(backward(params, cache, dlogits).flat, 1e-3)
-
-    run()
-    return run
+    engine.train_steps(params, opt, corpus, starts[:1], False, [1e-3], loss)
+    return lambda: engine.train_steps(params, opt, corpus, starts, False, [1e-3] * steps, loss)
 
 
 def torch_steps(cfg, batch, steps):
@@ -230,16 +215,21 @@ def best_of_each(runs, repeats):
     return [min(t) for t in times]
 
 
-def default_engine(cfg) -> str:
-    """What `flatformer train` runs this model on by default (Job.compiled, Recipe dtype auto)."""
-    dtype = default_dtype(cfg)
-    return "compiled" if kernels.preferred(cfg, dtype) else f"numpy f{dtype[-2:]}"
+def default_engine(cfg, batch) -> str:
+    """What `flatformer train` runs this model on by default at this batch size (the default
+    recipe, Recipe dtype and --engine auto: select.resolve, as a Job asks it)."""
+    recipe, engine = resolve(cfg, get_recipe("default", batch_size=batch, candidates=1))
+    return f"{engine.name} f{recipe.dtype[-2:]}"
+
+
+# The engines a step is measured on, as the table's columns name them.
+OURS = ("numba f64", "numpy f64", "numpy f32")
 
 
 def per_step(quick: bool):
     print(
-        f"{'model':<15}{'params':>8}{'thr':>4}{'compiled':>11}{'numpy f64':>11}{'numpy f32':>11}"
-        f"{'torch f32':>11}  {'default':<12}{'x torch':>8}"
+        f"{'model':<15}{'params':>8}{'thr':>4}{'numba f64':>11}{'numpy f64':>11}"
+        f"{'numpy f32':>11}{'torch f32':>11}  {'default':<11}{'x best':>7}{'x torch':>8}"
     )
     ratios = {}
     for name, cfg, batch in MODELS:
@@ -247,25 +237,36 @@ def per_step(quick: bool):
         steps = 20 if cfg.d_model <= 16 else max(1, 4 if quick else 8) if cfg.d_model <= 64 else 2
         reps = 3 if quick else 7
         engines = {
-            "numpy f64": numpy_steps(cfg, batch, steps, np.float64),
-            "numpy f32": numpy_steps(cfg, batch, steps, np.float32),
+            "numpy f64": corpus_steps(REFERENCE, cfg, batch, steps, np.float64),
+            "numpy f32": corpus_steps(REFERENCE, cfg, batch, steps, np.float32),
             "torch f32": torch_steps(cfg, batch, steps),
         }
         if kernels.supports(cfg) and cfg.d_model <= 64:  # beyond, a step takes seconds compiled
-            engines["compiled"] = compiled_steps(cfg, batch, steps)
+            engines["numba f64"] = corpus_steps(COMPILED, cfg, batch, steps)
+        chosen = default_engine(cfg, batch)
         for threads in (1, 2):
             torch.set_num_threads(threads)
             with threadpool_limits(threads, user_api="blas"):
                 times = dict(zip(engines, best_of_each(list(engines.values()), reps)))
             ms = {k: v / steps * 1e3 for k, v in times.items()}
-            chosen = default_engine(cfg)
+            best = min(ms[k] for k in OURS if k in ms)
             ratio = ms["torch f32"] / ms[chosen]
-            ratios[name, threads] = ratio
+            ratios[name, threads] = (cfg.n_params, best / ms[chosen], ratio)
             cell = lambda k: f"{ms[k]:>9.2f}ms" if k in ms else f"{'-':>11}"  # noqa: E731
             print(
-                f"{name:<15}{cfg.n_params:>8}{threads:>4}{cell('compiled')}{cell('numpy f64')}"
-                f"{cell('numpy f32')}{cell('torch f32')}  {chosen:<12}{ratio:>7.2f}x"
+                f"{name:<15}{cfg.n_params:>8}{threads:>4}{cell('numba f64')}{cell('numpy f64')}"
+                f"{cell('numpy f32')}{cell('torch f32')}  {chosen:<11}{best / ms[chosen]:>6.2f}x"
+                f"{ratio:>8.2f}x"
             )
+    near = all(b >= 0.9 for _, b, _ in ratios.values())
+    mid = [
+        r for (_, threads), (n, _, r) in ratios.items() if threads == 1 and 30_000 <= n < 100_000
+    ]
+    print(
+        f"the default within 10% of the fastest of ours at every size: {'yes' if near else 'NO'}; "
+        f"at 30k-100k parameters, one thread, at least eager PyTorch's speed: "
+        f"{'yes' if mid and min(mid) >= 1 else 'NO'}"
+    )
     return ratios
 
 
@@ -327,9 +328,8 @@ def end_to_end(quick: bool):
                     subprocess.run([*ours, "--out", out], check=True, env=env, capture_output=True)
                     flat.append(time.perf_counter() - start)
                     config = json.loads(Path(out, "config.json").read_text())
-                    assert config["recipe"]["dtype"] == default_dtype(
-                        ModelConfig.from_dict(config["model"])
-                    )
+                    trained = ModelConfig.from_dict(config["model"])
+                    assert default_engine(trained, 8).endswith(config["recipe"]["dtype"][-2:])
                     loop = TORCH_LOOP.format(
                         bench=bench,
                         config=f"{out}/config.json",
@@ -389,7 +389,10 @@ def step_only(name: str, quick: bool):
     torch.set_num_threads(1)
     steps = 2
     with threadpool_limits(1, user_api="blas"):
-        runs = [numpy_steps(cfg, batch, steps, np.float32), torch_steps(cfg, batch, steps)]
+        runs = [
+            corpus_steps(REFERENCE, cfg, batch, steps, np.float32),
+            torch_steps(cfg, batch, steps),
+        ]
         ours, eager = best_of_each(runs, 3 if quick else 7)
     print(blas_architecture(), ours / steps * 1e3, eager / steps * 1e3)
 
@@ -404,8 +407,9 @@ def main():
         return step_only(args.step_only, args.quick)
     with record(__file__, "Training speed against idiomatic PyTorch"):
         print(
-            "per step (ms; best of repeats, engines alternating); x torch = torch f32 time over "
-            "the default engine's (the dtype and engine `flatformer train` picks); NumPy's "
+            "per step (ms; best of repeats, engines alternating); default = the engine and dtype "
+            "`flatformer train` picks at that batch; x best = the fastest of ours over the "
+            "default's time; x torch = torch f32 time over the default's; NumPy's "
             f"OpenBLAS runs its {blas_architecture()} kernels "
             f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})"
         )

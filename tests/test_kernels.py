@@ -8,6 +8,7 @@ import pytest
 
 from flatformer.engine import kernels
 from flatformer.engine.kernels import beside, drivers
+from flatformer.engine.kernels.entries import Text
 from flatformer.engine.select import COMPILED, NUMPY, choose
 from flatformer.config import preset
 from flatformer.tasks.windows import Corpus, TaskData
@@ -34,7 +35,7 @@ def cfg(request):
 def test_the_presets_train_compiled():
     for name in ("paper-2d", "paper-2d-2layer", "simulator-16d", "small-4d-2head", "attn-only-2l"):
         assert kernels.supports(preset(name, 12)), name
-        assert Job(TASK, preset(name, 12), get_recipe("paper"), [0], [None]).engine.compiled
+        assert Job(TASK, preset(name, 12), get_recipe("paper"), [0], [None]).engine is COMPILED
 
 
 def reference_and_fast(params, tokens, targets, weights):
@@ -105,14 +106,14 @@ def test_adamw_steps_equal_the_numpy_trainer():
 
 
 def test_training_passes_the_types_a_second_process_compiles_ahead():
-    """drivers.compile_beside compiles train_chunk for TRAIN_TYPES in another process: training
+    """drivers.compile_beside compiles train_chunk for train_types in another process: training
     must call it with exactly those types, or the cold start compiles it twice (here, again)."""
     trained("numba")
-    assert kernels.train_chunk.signatures == [beside.signature(beside.TRAIN_TYPES)]
+    assert kernels.train_chunk.signatures == [beside.train_types()]
 
 
 def test_training_compiles_itself_when_the_second_process_fails(monkeypatch):
-    monkeypatch.setattr(beside, "BOOT", "raise SystemExit(3)")
+    monkeypatch.setattr(drivers, "BOOT", "raise SystemExit(3)")
     monkeypatch.setattr(drivers, "threads", lambda: 2)
     with monkeypatch.context() as m:  # as on a cold start: training's kernel not compiled yet
         m.setattr(drivers, "train_chunk", SimpleNamespace(signatures=[]))
@@ -139,7 +140,7 @@ def test_forcing_the_compiled_engine_on_an_uncovered_model_is_refused(monkeypatc
     monkeypatch.setattr(kernels, "supports", lambda cfg: False)
     monkeypatch.setattr(kernels.tensors, "supports", lambda cfg: False)
     cfg = preset("paper-2d", 12)
-    assert not Job(TASK, cfg, get_recipe("paper"), [0], [None]).engine.compiled
+    assert Job(TASK, cfg, get_recipe("paper"), [0], [None]).engine is NUMPY
     with pytest.raises(FlatformerError, match="engine numpy"):
         Job(TASK, cfg, get_recipe("paper"), [0], [None], engine="numba")
     with pytest.raises(FlatformerError, match="engine must be"):
@@ -170,7 +171,7 @@ def test_float32_stays_within_its_tolerance(name):
             [0, 1],
             [None, None],
         )
-        assert job.engine.compiled == (dtype == "float64")
+        assert job.engine.name == ("numba" if dtype == "float64" else "numpy")
         runs.append(Trainer(job, data))
         runs[-1].advance(200)
     assert runs[1].params.flat.dtype == np.float32
@@ -218,9 +219,8 @@ def test_windows_built_in_the_kernel_equal_the_corpus_windows(drop_unseen):
     starts = rng.integers(0, n - T - 1, B)
     want = corpus.windows(starts, T, drop_unseen)
     got = np.empty((B, T), np.int64), np.empty((B, T), np.int64), np.empty((B, T))
-    kernels.windows(
-        corpus.tokens, corpus.target, corpus.source, corpus.counted, drop_unseen, starts, *got
-    )
+    text = Text(corpus.tokens, corpus.target, corpus.source, corpus.counted, drop_unseen)
+    kernels.windows(text, starts, *got)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     assert 0 < want[2].sum() < want[2].size

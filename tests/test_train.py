@@ -37,14 +37,14 @@ def test_training_matches_torch_adamw_for_200_steps(recipe):
     r = get_recipe(recipe, steps=200, candidates=1)
     cfg = preset("paper-2d", 12)
     data = TaskData.build(TASK, cfg.n_ctx)
-    trainer = Trainer(Job(TASK, cfg, r, [5], [None]), data)
+    trainer = Trainer(Job(TASK, cfg, r, [5], [None], engine="numpy"), data)
     oracle = TorchTransformer(cfg, trainer.params.seed(0))
     opt = torch.optim.AdamW(
         oracle.parameters(), lr=r.lr, betas=r.betas, eps=r.eps, weight_decay=r.weight_decay
     )
     batches = batch_indices(5, 0, 0, len(data.train_starts), r.batch_size)
     for step in range(200):
-        trainer.train_step()
+        trainer.advance(1)
         inputs, targets, weights = data.train.windows(
             data.train_starts[batches[step]], cfg.n_ctx, r.drop_unseen
         )

@@ -85,11 +85,12 @@ def train(
     dtype: Optional[str] = typer.Option(
         None,
         help="float64, float32 (half the memory, faster matrix products) or auto: float64 "
-        "below 100k parameters and where the compiled path trains, float32 above [auto].",
+        "for small steps (every preset), float32 from a few million parameters x positions "
+        "a step or 100k parameters, whichever is the faster [auto].",
     ),
     engine: str = typer.Option(
         "auto",
-        help="auto: compiled (numba) for models up to "
+        help="auto: compiled (numba) for float64 models up to "
         "d_model 32, else NumPy; numba; or numpy (the reference).",
     ),
 ):

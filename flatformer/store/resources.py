@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..tasks.windows import VAL_WINDOWS
 from ..errors import FlatformerError
-from ..training.evaluate import CHUNK, GROUP
+from ..engine.engines import CHUNK, GROUP
 from .layout import checkpoint_steps
 
 BASE_MEMORY = 200 * 2**20  # the interpreter, NumPy and the task's data

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import kernels
+from ..engine.model import Params
 from ..engine.select import Engine, for_params
 from ..tasks.windows import TaskData
-from ..engine.model import Params, cross_entropy, forward, keep_freed_memory
 from ..errors import FlatformerError
 from ..store.runs import load_run
-
-
-# Evaluation runs in pieces of GROUP seeds x CHUNK windows: whole-set arrays are large enough that
-# allocating them fresh each time (page faults) costs more than the arithmetic (measured: 2-3x).
-GROUP, CHUNK = 16, 64
-# Seeds per held-out pass: memory stays flat in the number of seeds (1,024 seeds' held-out
-# logits at once would take ~300 MB, and the loss several times that).
-EVAL_SEEDS = 64
 
 
 def logits_at(
@@ -29,25 +20,7 @@ def logits_at(
     """Logits (S, W, T, V) for windows (W, T) shared by every seed; with `index` (W,), only the
     logits at that position of each window, (S, W, V). On `engine` (None: the one `auto`
     chooses for these weights, select.for_params)."""
-    if (engine or for_params(params)).compiled:
-        return kernels.logits_at(params, inputs, index)
-    keep_freed_memory()
-    S, W = params.n_seeds, len(inputs)
-    shape = (
-        (S, W, params.cfg.vocab_out)
-        if index is not None
-        else (S, *inputs.shape, params.cfg.vocab_out)
-    )
-    result = np.empty(shape)
-    for lo in range(0, S, GROUP):
-        group = params.select(range(lo, min(lo + GROUP, S))) if S > GROUP else params
-        for c in range(0, W, CHUNK):
-            chunk = inputs[c : c + CHUNK]
-            logits, _ = forward(group, np.broadcast_to(chunk, (group.n_seeds, *chunk.shape)))
-            if index is not None:
-                logits = logits[:, np.arange(len(chunk)), index[c : c + CHUNK]]
-            result[lo : lo + group.n_seeds, c : c + CHUNK] = logits
-    return result
+    return (engine or for_params(params)).logits_at(params, inputs, index)
 
 
 def evaluate(params: Params, data: TaskData, with_loss: bool = True, engine: Engine | None = None):
@@ -59,26 +32,7 @@ def evaluate(params: Params, data: TaskData, with_loss: bool = True, engine: Eng
     it: the fraction where the top prediction is not among the tokens the rule allows. On
     `engine`, as logits_at.
     """
-    S = params.n_seeds
-    engine = engine or for_params(params)
-    if engine.compiled:  # no logits leave the kernel
-        return kernels.evaluate(params, data, with_loss)
-    if S > EVAL_SEEDS:
-        parts = [
-            evaluate(params.select(range(lo, min(lo + EVAL_SEEDS, S))), data, with_loss, engine)
-            for lo in range(0, S, EVAL_SEEDS)
-        ]
-        return tuple(np.concatenate(values) for values in zip(*parts))
-    loss, rule_error = np.full(S, np.nan), np.full(S, np.nan)
-    if with_loss:
-        logits = logits_at(params, data.val_inputs, engine=engine)
-        targets = np.broadcast_to(data.val_targets, logits.shape[:-1])
-        loss = cross_entropy(logits, targets, np.broadcast_to(data.val_weights, targets.shape))[0]
-    if len(data.rule_targets):
-        picked = logits_at(params, data.rule_inputs, data.rule_index, engine)  # (S, R, V)
-        top = picked.argmax(-1)  # (S, R)
-        rule_error = (~data.rule_allowed[np.arange(len(top[0])), top]).mean(1)
-    return loss, rule_error
+    return (engine or for_params(params)).evaluate(params, data, with_loss)
 
 
 def check_indices(data: TaskData, cfg, path):

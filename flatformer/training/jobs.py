@@ -86,12 +86,9 @@ class Job:
     engine: Engine | str = "auto"
 
     def __post_init__(self):
-        from ..engine.dtypes import default_dtype  # numba's import waits for a job to be made
-        from ..engine.select import choose
+        from ..engine.select import resolve  # numba's import waits for a job to be made
 
-        if self.recipe.dtype == "auto":
-            self.recipe = dataclasses.replace(self.recipe, dtype=default_dtype(self.cfg))
-        self.engine = choose(self.cfg, self.recipe, self.engine)
+        self.recipe, self.engine = resolve(self.cfg, self.recipe, self.engine)
 
     def run_config(self, seed: int) -> dict:
         return {

@@ -12,8 +12,7 @@ import numpy as np
 
 from ..store.checkpoints import Snapshot, checkpoint_layout, read_checkpoint
 from ..tasks.windows import TaskData
-from ..engine import kernels
-from ..engine.model import Params, backward, cross_entropy, forward, init_params, keep_freed_memory
+from ..engine.model import Params, init_params, keep_freed_memory
 from ..engine.optim import AdamW
 from ..errors import FlatformerError
 from .evaluate import check_indices, evaluate
@@ -133,12 +132,6 @@ class Trainer:
         ]
         return trainer
 
-    def batches(self, n: int):
-        """Inputs, targets and loss weights of the next n steps, each (n, S, B, T)."""
-        return self.data.train.windows(
-            self.batch_starts(n), self.job.cfg.n_ctx, self.job.recipe.drop_unseen
-        )
-
     def batch_starts(self, n: int) -> np.ndarray:
         """Where the training windows of the next n steps start, (n, S, B) (with a full batch,
         B is every training window); n must not cross a multiple of CHUNK."""
@@ -167,31 +160,9 @@ class Trainer:
             f"the learning rate (--set lr=...) and retrain"
         )
 
-    def train_step(self):
-        """One step on the NumPy engine (model.py), the reference."""
-        (inputs,), (targets,), (weights,) = self.batches(1)
-        # Only the positions some loss weight reads need logits (e.g. the answer position).
-        read = np.flatnonzero(weights.any((0, 1)))
-        if len(read) < weights.shape[2]:
-            targets, weights = targets[..., read], weights[..., read]
-        else:
-            read = None
-        logits, cache = forward(self.params, inputs, read=read)
-        loss, dlogits = cross_entropy(logits, targets, weights)
-        if not np.all(np.isfinite(loss)):
-            self.diverged(int(np.flatnonzero(~np.isfinite(loss))[0]))
-        grads = backward(self.params, cache, dlogits)
-        self.opt.step(grads.flat, self.job.recipe.lr_at(self.step))
-        self.step += 1
-        self._loss_sum += loss
-        self._loss_n += 1
-
     def advance(self, n: int):
-        """n training steps, on the job's engine."""
-        if not self.job.engine.compiled:
-            for _ in range(n):
-                self.train_step()
-            return
+        """n training steps, on the job's engine, in calls of at most STEPS_PER_CALL steps that
+        stay within one CHUNK of batches."""
         # Bound the window starts (K x S x B) so that 1,024 seeds stay small in memory.
         batch = (
             len(self.data.train_starts)
@@ -202,7 +173,7 @@ class Trainer:
         while n > 0:
             k = min(n, per_call, CHUNK - self.step % CHUNK)
             lrs = [self.job.recipe.lr_at(self.step + j) for j in range(k)]
-            bad = kernels.train_steps(
+            bad = self.job.engine.train_steps(
                 self.params,
                 self.opt,
                 self.data.train,
@@ -214,6 +185,7 @@ class Trainer:
             if np.any(bad >= 0):
                 first = int(bad[bad >= 0].min())
                 self.step += first
+                self._loss_n += first
                 self.diverged(int(np.flatnonzero(bad == first)[0]))
             self.step += k
             self._loss_n += k
@@ -303,10 +275,8 @@ class Trainer:
         r = self.job.recipe
         if self.progress:  # at once: a first run says it is compiling before it does
             self.progress(self)
-        if self.selecting and self.job.engine.compiled:
-            # Compile the evaluation now, under the compile notice, rather than at select_step
-            # with the bar stopped; it reads the weights and changes nothing.
-            evaluate(self.params, self.data, engine=self.job.engine)
+        if self.selecting:  # whatever the evaluation compiles, under the compile notice
+            self.job.engine.warm(self.params, self.data)
         if self.step == 0:
             self.checkpoint()
             self.record()
@@ -378,8 +348,7 @@ def train(job: Job, resume: bool = False, progress: Callable | None = None) -> T
         claim_folder(out, "--out")
     # Locked only now, just before the first write: a job refused earlier leaves no folder.
     with hold_all(job.out_dirs, "training"):
-        if job.engine.cold():
-            kernels.compile_beside()
+        job.engine.prepare()
         try:
             return _train(job, data, resume, progress)
         except WriteFailed as exc:

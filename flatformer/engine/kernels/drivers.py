@@ -4,7 +4,6 @@ compiles."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -17,7 +16,8 @@ import numpy as np
 from .tensors import layout, numba
 
 if numba is not None:
-    from .entries import evaluate_kernel, gradients, logits_kernel, train_chunk
+    from .entries import AdamSteps, HeldOut, Text, evaluate_kernel, gradients, logits_kernel
+    from .entries import train_chunk
     from .intrinsics import in_cache
 
 
@@ -49,6 +49,13 @@ def cold() -> bool:
 
 _beside: dict = {}  # this process's id -> the process compiling train_chunk beside it
 
+# The second process's program (beside.py), run as `python -c BOOT PACKAGE_PARENT`: the package
+# is imported from where the first process imported it, whatever the working folder holds.
+BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from flatformer.engine.kernels import beside; beside.main()"
+)
+
 
 def compile_beside():
     """Start compiling the training kernel in a second process, into numba's cache, while this
@@ -57,10 +64,8 @@ def compile_beside():
     from the cache; if the other process failed, train_steps compiles it here, as before."""
     if numba is None or _beside or train_chunk.signatures or threads() < 2:
         return
-    from .beside import BOOT, TRAIN_TYPES
-
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-    argv = [sys.executable, "-c", BOOT, package_parent, json.dumps(TRAIN_TYPES)]
+    argv = [sys.executable, "-c", BOOT, package_parent]
     try:
         _beside[os.getpid()] = subprocess.Popen(
             argv,
@@ -107,11 +112,6 @@ def over_seeds(kernel, n_seeds: int, *args):
         job.result()
 
 
-def _args(params):
-    starts, sizes, glob, lay, dims = layout(params.cfg)
-    return params.flat, starts, sizes, glob, lay, dims
-
-
 def loss_and_gradients(params, tokens, targets, weights):
     """The compiled path's per-seed loss (S,) and gradient (a Params), as model.cross_entropy
     and model.backward would give them."""
@@ -120,7 +120,8 @@ def loss_and_gradients(params, tokens, targets, weights):
     over_seeds(
         gradients,
         S,
-        *_args(params),
+        params.flat,
+        layout(params.cfg),
         np.ascontiguousarray(tokens, dtype=np.int64),
         np.ascontiguousarray(targets, dtype=np.int64),
         np.ascontiguousarray(weights, dtype=np.float64),
@@ -146,12 +147,13 @@ def logits_at(params, inputs, index=None):
     S, (W, T), V = params.n_seeds, inputs.shape, params.cfg.d_vocab
     if index is None:
         out = np.empty((S, W, T * V))
-        over_seeds(
-            logits_kernel, S, *_args(params), groups(inputs), np.empty((0, 0), np.int64), out
-        )
+        empty = np.empty((0, 0), np.int64)
+        over_seeds(logits_kernel, S, params.flat, layout(params.cfg), groups(inputs), empty, out)
         return out.reshape(S, W, T, V)
     out = np.empty((S, W, V))
-    over_seeds(logits_kernel, S, *_args(params), groups(inputs), groups(index), out)
+    over_seeds(
+        logits_kernel, S, params.flat, layout(params.cfg), groups(inputs), groups(index), out
+    )
     return out
 
 
@@ -160,10 +162,7 @@ def evaluate(params, data, with_loss: bool = True):
     S = params.n_seeds
     loss, err = np.full(S, np.nan), np.full(S, np.nan)
     n_val = len(data.val_inputs) if with_loss else 0
-    over_seeds(
-        evaluate_kernel,
-        S,
-        *_args(params),
+    held = HeldOut(
         groups(data.val_inputs),
         groups(data.val_targets),
         groups(data.val_weights, np.float64),
@@ -172,10 +171,36 @@ def evaluate(params, data, with_loss: bool = True):
         groups(data.rule_index),
         np.ascontiguousarray(data.rule_allowed, dtype=np.bool_),
         len(data.rule_inputs),
-        loss,
-        err,
     )
+    over_seeds(evaluate_kernel, S, params.flat, layout(params.cfg), held, loss, err)
     return loss, err
+
+
+def train_args(params, opt, corpus, starts, drop_unseen: bool, lrs, loss_sum, bad) -> tuple:
+    """train_chunk's arguments but the block of seeds, as train_steps passes them (their
+    types are the same for every model: beside.py compiles the kernel for them)."""
+    b1, b2 = opt.betas
+    ts = opt.t + 1 + np.arange(len(lrs))
+    adam = AdamSteps(
+        np.array([1.0 - lr * opt.weight_decay for lr in lrs]),
+        np.array([lr / (1.0 - b1 ** int(t)) for lr, t in zip(lrs, ts)]),
+        np.array([math.sqrt(1.0 - b2 ** int(t)) for t in ts]),
+        1.0 - b1,
+        float(b2),
+        1.0 - b2,
+        float(opt.eps),
+    )
+    counted = np.zeros(0, np.bool_) if corpus.counted is None else corpus.counted
+    text = Text(
+        *(
+            np.ascontiguousarray(a, dtype=np.int64)
+            for a in (corpus.tokens, corpus.target, corpus.source)
+        ),
+        np.ascontiguousarray(counted, dtype=np.bool_),
+        bool(drop_unseen),
+    )
+    at = np.ascontiguousarray(starts, dtype=np.int64)
+    return params.flat, layout(params.cfg), opt.m, opt.v, text, at, adam, loss_sum, bad
 
 
 def train_steps(params, opt, corpus, starts, drop_unseen: bool, lrs, loss_sum) -> np.ndarray:
@@ -184,36 +209,9 @@ def train_steps(params, opt, corpus, starts, drop_unseen: bool, lrs, loss_sum) -
     corpus.windows(starts, n_ctx, drop_unseen) gives them (built in the kernel); lrs (K,).
     Each step's loss is added to loss_sum (S,). Returns per seed the index of the first step
     whose loss was not finite, or -1."""
-    b1, b2 = opt.betas
-    ts = opt.t + 1 + np.arange(len(lrs))
-    decay = np.array([1.0 - lr * opt.weight_decay for lr in lrs])
-    step_size = np.array([lr / (1.0 - b1 ** int(t)) for lr, t in zip(lrs, ts)])
-    bc2 = np.array([math.sqrt(1.0 - b2 ** int(t)) for t in ts])
     bad = np.full(params.n_seeds, -1, dtype=np.int64)
+    args = train_args(params, opt, corpus, starts, drop_unseen, lrs, loss_sum, bad)
     _await_beside()
-    counted = np.zeros(0, np.bool_) if corpus.counted is None else corpus.counted
-    over_seeds(
-        train_chunk,
-        params.n_seeds,
-        *_args(params),
-        opt.m,
-        opt.v,
-        *(
-            np.ascontiguousarray(a, dtype=np.int64)
-            for a in (corpus.tokens, corpus.target, corpus.source)
-        ),
-        np.ascontiguousarray(counted, dtype=np.bool_),
-        bool(drop_unseen),
-        np.ascontiguousarray(starts, dtype=np.int64),
-        decay,
-        step_size,
-        bc2,
-        1.0 - b1,
-        b2,
-        1.0 - b2,
-        opt.eps,
-        loss_sum,
-        bad,
-    )
+    over_seeds(train_chunk, params.n_seeds, *args)
     opt.t += len(lrs)
     return bad

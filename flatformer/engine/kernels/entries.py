@@ -6,12 +6,29 @@ passes there and scatters the results back."""
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 import numpy as np
 
 from .intrinsics import EXACT, borrowed, njit
 from .passes import buffers, forward_at, forward_seed, loss_and_dlogits, softmax_rows
 from .passes import backward_seed
+
+
+# The kernels' arguments beyond the model (a tensors.Layout), by name.
+# A training corpus, as data.Corpus holds it, and whether to drop targets whose rule's source
+# lies before the window (Recipe.drop_unseen).
+Text = namedtuple("Text", ["tokens", "target", "source", "counted", "drop_unseen"])
+# optim.AdamW's scalars for a chunk of K steps: per step the decay 1 - lr wd, the step size
+# (scaled_lr) lr / (1 - b1^t) and sqrt(1 - b2^t) (each (K,)); then 1 - b1, b2, 1 - b2 and eps.
+AdamSteps = namedtuple("AdamSteps", ["decay", "scaled_lr", "bc2", "b1c", "b2", "b2c", "eps"])
+# The held-out set of data.TaskData, in groups (drivers.groups): the loss's n_val windows,
+# targets and weights; the rule's n_rule windows, the position read in each and the tokens
+# it allows.
+HeldOut = namedtuple(
+    "HeldOut",
+    ["val_in", "val_tgt", "val_wt", "n_val", "rule_in", "rule_at", "allowed", "n_rule"],
+)
 
 
 @njit(**EXACT)
@@ -31,9 +48,11 @@ def scatter(vec, starts, sizes, S, s, flat):
 
 
 @njit(**EXACT)
-def windows(text, target, source, counted, drop_unseen, at, tokens, targets, weights):
-    """data.Corpus.windows of the windows starting at `at` (B,), into (B, T) arrays:
-    inputs, targets and loss weights (counted: empty when every target counts)."""
+def windows(corpus, at, tokens, targets, weights):
+    """data.Corpus.windows of the windows starting at `at` (B,) in `corpus` (a Text), into
+    (B, T) arrays: inputs, targets and loss weights (counted: empty when every target
+    counts)."""
+    text, target, source, counted, drop_unseen = corpus
     B, T = tokens.shape
     for b in range(B):
         start = at[b]
@@ -48,62 +67,38 @@ def windows(text, target, source, counted, drop_unseen, at, tokens, targets, wei
 
 
 @njit(**EXACT)
-def train_chunk(
-    flat,
-    starts,
-    sizes,
-    glob,
-    lay,
-    dims,
-    m_flat,
-    v_flat,
-    text,
-    target,
-    source,
-    counted,
-    drop_unseen,
-    at,
-    decay,
-    step_size,
-    bc2,
-    b1c,
-    b2,
-    b2c,
-    eps,
-    loss_sum,
-    bad,
-    lo,
-    hi,
-):
+def train_chunk(flat, model, m_flat, v_flat, corpus, at, adam, loss_sum, bad, lo, hi):
     """K AdamW steps for seeds lo..hi-1 of S. flat/m_flat/v_flat hold S seeds tensor-major
-    (as model.Params); each step's windows start at at[k, s] (B,) in a corpus (text,
-    target, source, counted as data.Corpus's); decay, step_size and bc2 are the per-step
-    scalars of optim.AdamW. Adds each step's loss to loss_sum; a seed whose loss is not
-    finite stops there, before its update, with the step's index in bad."""
+    (as model.Params), laid out as `model` (a tensors.Layout) says; each step's windows start
+    at at[k, s] (B,) in `corpus` (a Text); `adam` (AdamSteps) holds optim.AdamW's scalars.
+    Adds each step's loss to loss_sum; a seed whose loss is not finite stops there, before
+    its update, with the step's index in bad."""
     K, S, B = at.shape
-    T = dims[5]
+    T = model.dims.n_ctx
     P = flat.shape[0] // S
-    L = lay.shape[0]
+    L = model.lay.shape[0]
     owned = (
         np.empty(P),
         np.empty(P),
         np.empty(P),
         np.empty(P),
-        buffers(dims, L, B, T),
+        buffers(model.dims, L, B, T),
         np.empty((B, T), np.int64),
         np.empty((B, T), np.int64),
         np.empty((B, T)),
     )
-    flat, m_flat, v_flat, glob, lay, dims, text, target, source, counted, at = borrowed(
-        (flat, m_flat, v_flat, glob, lay, dims, text, target, source, counted, at)
+    flat, m_flat, v_flat, model, corpus, at, adam = borrowed(
+        (flat, m_flat, v_flat, model, corpus, at, adam)
     )
+    starts, sizes, glob, lay, dims = model
+    decay, scaled_lr, bc2, b1c, b2, b2c, eps = adam
     for s in range(lo, hi):  # `owned` lives through the loop: it is used in every pass
         p, m, v, g, bufs, tokens, targets, weights = borrowed(owned)
         gather(flat, starts, sizes, S, s, p)
         gather(m_flat, starts, sizes, S, s, m)
         gather(v_flat, starts, sizes, S, s, v)
         for k in range(K):
-            windows(text, target, source, counted, drop_unseen, at[k, s], tokens, targets, weights)
+            windows(corpus, at[k, s], tokens, targets, weights)
             forward_seed(p, tokens, glob, lay, dims, B, T, bufs)
             loss = loss_and_dlogits(bufs.logits, targets, weights, B, T, bufs.rows)
             if not math.isfinite(loss):
@@ -116,21 +111,20 @@ def train_chunk(
                 m[i] += b1c * (g[i] - m[i])
                 v[i] *= b2
                 v[i] += b2c * g[i] * g[i]
-                p[i] -= step_size[k] * m[i] / (math.sqrt(v[i]) / bc2[k] + eps)
+                p[i] -= scaled_lr[k] * m[i] / (math.sqrt(v[i]) / bc2[k] + eps)
         scatter(p, starts, sizes, S, s, flat)
         scatter(m, starts, sizes, S, s, m_flat)
         scatter(v, starts, sizes, S, s, v_flat)
 
 
 @njit(**EXACT)
-def gradients(flat, starts, sizes, glob, lay, dims, tokens, targets, weights, loss, grad, lo, hi):
+def gradients(flat, model, tokens, targets, weights, loss, grad, lo, hi):
     """Per-seed loss and gradient (tensor-major, as model.Params) on tokens (S, B, T)."""
     S, B, T = tokens.shape
     P = flat.shape[0] // S
-    owned = np.empty(P), np.empty(P), buffers(dims, lay.shape[0], B, T)
-    flat, glob, lay, dims, tokens, targets, weights = borrowed(
-        (flat, glob, lay, dims, tokens, targets, weights)
-    )
+    owned = np.empty(P), np.empty(P), buffers(model.dims, model.lay.shape[0], B, T)
+    flat, model, tokens, targets, weights = borrowed((flat, model, tokens, targets, weights))
+    starts, sizes, glob, lay, dims = model
     for s in range(lo, hi):  # as train_chunk's
         p, g, bufs = borrowed(owned)
         gather(flat, starts, sizes, S, s, p)
@@ -141,16 +135,17 @@ def gradients(flat, starts, sizes, glob, lay, dims, tokens, targets, weights, lo
 
 
 @njit(**EXACT)
-def logits_kernel(flat, starts, sizes, glob, lay, dims, inputs, index, out, lo, hi):
+def logits_kernel(flat, model, inputs, index, out, lo, hi):
     """Logits of windows shared by every seed, in groups (n_groups, G, T), for seeds
     lo..hi-1: out is (S, W, T * V), or with index (n_groups, G), (S, W, V) at that
     position of each window (W <= n_groups * G: the last group's padding is not written)."""
     n_groups, G, T = inputs.shape
     S, W = out.shape[0], out.shape[1]
     P = flat.shape[0] // S
-    V = dims[4]
-    owned = np.empty(P), buffers(dims, lay.shape[0], G, T), buffers(dims, 1, G, 1)
-    flat, glob, lay, dims, inputs, index = borrowed((flat, glob, lay, dims, inputs, index))
+    V = model.dims.d_vocab
+    owned = np.empty(P), buffers(model.dims, model.lay.shape[0], G, T), buffers(model.dims, 1, G, 1)
+    flat, model, inputs, index = borrowed((flat, model, inputs, index))
+    starts, sizes, glob, lay, dims = model
     for s in range(lo, hi):  # as train_chunk's
         p, bufs, one = borrowed(owned)
         gather(flat, starts, sizes, S, s, p)
@@ -170,38 +165,20 @@ def logits_kernel(flat, starts, sizes, glob, lay, dims, inputs, index, out, lo, 
 
 
 @njit(**EXACT)
-def evaluate_kernel(
-    flat,
-    starts,
-    sizes,
-    glob,
-    lay,
-    dims,
-    val_in,
-    val_tgt,
-    val_wt,
-    n_val,
-    rule_in,
-    rule_at,
-    allowed,
-    n_rule,
-    loss,
-    err,
-    lo,
-    hi,
-):
+def evaluate_kernel(flat, model, held, loss, err, lo, hi):
     """evaluate.evaluate's held-out loss and rule error for seeds lo..hi-1, without
-    logits leaving the kernel: the weighted mean cross-entropy over n_val windows
-    (groups (n_groups, G, T) as logits_kernel's), and the fraction of n_rule windows whose
-    top prediction (the first largest logit, as argmax) at rule_at is not allowed."""
+    logits leaving the kernel: the weighted mean cross-entropy over the n_val windows of
+    `held` (a HeldOut, in groups (n_groups, G, T) as logits_kernel's), and the fraction of
+    its n_rule windows whose top prediction (the first largest logit, as argmax) at rule_at
+    is not allowed."""
     S = loss.shape[0]
-    G, T = val_in.shape[1], val_in.shape[2]
+    G, T = held.val_in.shape[1], held.val_in.shape[2]
     P = flat.shape[0] // S
-    V = dims[4]
-    owned = np.empty(P), buffers(dims, lay.shape[0], G, T), buffers(dims, 1, G, 1)
-    flat, glob, lay, dims, val_in, val_tgt, val_wt, rule_in, rule_at, allowed = borrowed(
-        (flat, glob, lay, dims, val_in, val_tgt, val_wt, rule_in, rule_at, allowed)
-    )
+    V = model.dims.d_vocab
+    owned = np.empty(P), buffers(model.dims, model.lay.shape[0], G, T), buffers(model.dims, 1, G, 1)
+    flat, model, held = borrowed((flat, model, held))
+    starts, sizes, glob, lay, dims = model
+    val_in, val_tgt, val_wt, n_val, rule_in, rule_at, allowed, n_rule = held
     for s in range(lo, hi):  # as train_chunk's
         p, bufs, one = borrowed(owned)
         gather(flat, starts, sizes, S, s, p)

@@ -54,8 +54,8 @@ Buffers = namedtuple(
 @njit(**EXACT, **INNER)
 def buffers(dims, L, B, T):
     """A seed's Buffers for L layers and B windows of T positions."""
-    d, H, m, V = dims[0], dims[1], dims[3], dims[4]
-    N, hd = B * T, dims[1] * dims[2]
+    d, H, m, V = dims.d_model, dims.n_heads, dims.d_mlp, dims.d_vocab
+    N, hd = B * T, dims.n_heads * dims.d_head
     rows = np.empty((4, N))
     for n in range(N):
         rows[3, n] = n % T
@@ -91,10 +91,10 @@ def buffers(dims, L, B, T):
 def unembed_forward(p, glob, x, hf, sf, final, logits):
     """logits (V, N) = [ln_final](x) W_U [+ b_U] over the columns of x (d, N)."""
     d, V = x.shape[0], logits.shape[0]
-    if glob[4] >= 0:
-        layer_norm(p, glob[4], glob[5], x, hf, sf, final)
+    if glob.ln_final_w >= 0:
+        layer_norm(p, glob.ln_final_w, glob.ln_final_b, x, hf, sf, final)
         x = final
-    linear(p, glob[2], d, V, x, logits, 0, V, no_rows(logits), glob[3], False)
+    linear(p, glob.W_U, d, V, x, logits, 0, V, no_rows(logits), glob.b_U, False)
 
 
 @njit(**EXACT, **INNER)
@@ -111,9 +111,9 @@ def blocks_forward(p, tok, glob, lay, dims, B, T, bufs, whole):
         bufs.pre,
         bufs.post,
     )
-    d, H, dh, gelu = dims[0], dims[1], dims[2], dims[6]
-    L, hd = lay.shape[0], dims[1] * dims[2]
-    WE, WPOS = glob[0], glob[1]
+    d, H, dh, gelu = dims.d_model, dims.n_heads, dims.d_head, dims.gelu
+    L, hd = lay.shape[0], dims.n_heads * dims.d_head
+    WE, WPOS = glob.W_E, glob.W_pos
     for b in range(B):
         for t in range(T):
             for i in range(d):
@@ -168,7 +168,7 @@ def forward_at(p, tok, at, glob, lay, dims, B, T, bufs, one):
     attention: the positions after at[b] change nothing), in buffers `one` for B windows
     of 1 token. Each column's arithmetic is forward_seed's, so the numbers are the same."""
     blocks_forward(p, tok, glob, lay, dims, B, T, bufs, False)
-    L, H, dh, gelu = lay.shape[0], dims[1], dims[2], dims[6]
+    L, H, dh, gelu = lay.shape[0], dims.n_heads, dims.d_head, dims.gelu
     o, qkv, res = lay[L - 1], bufs.qkv[L - 1], bufs.res[L - 1]
     z, at_res, at_mid, out = one.z[0], one.res[0], one.mid[0], one.res[1]
     attention_at(qkv[0], qkv[1], qkv[2], at, z, T, H, dh, bufs.dpat, bufs.rows)
@@ -262,9 +262,11 @@ def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
         bufs.dpre,
     )
     dpat, hf, sf, final, rows = bufs.dpat, bufs.hf, bufs.sf, bufs.final, bufs.rows
-    d, H, dh, V, n_ctx, gelu = dims[0], dims[1], dims[2], dims[4], dims[5], dims[6]
-    L, hd = lay.shape[0], dims[1] * dims[2]
-    WE, WPOS, WU, BU, LNFW, LNFB = glob[0], glob[1], glob[2], glob[3], glob[4], glob[5]
+    d, H, dh, V = dims.d_model, dims.n_heads, dims.d_head, dims.d_vocab
+    n_ctx, gelu = dims.n_ctx, dims.gelu
+    L, hd = lay.shape[0], dims.n_heads * dims.d_head
+    WE, WPOS, WU, BU = glob.W_E, glob.W_pos, glob.W_U, glob.b_U
+    LNFW, LNFB = glob.ln_final_w, glob.ln_final_b
     linear_back_w(g, WU, d, V, final if LNFW >= 0 else res[L], dlogits, 0, V, BU)
     linear_back_x(p, WU, d, V, dlogits, 0, V, dres, no_rows(dres), True)
     if LNFW >= 0:

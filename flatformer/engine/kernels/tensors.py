@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import namedtuple
 from functools import lru_cache
 
 import numpy as np
@@ -38,6 +39,18 @@ LAYER = (
     "mlp.b_out",
 )
 (LN1W, LN1B, WQ, WK, WV, BQ, BK, BV, WO, LN2W, LN2B, WIN, BIN, WOUT, BOUT) = range(len(LAYER))
+
+# What the kernels read of a model, by name: namedtuples, which numba compiles to the same
+# loads as a tuple's (and their int fields to constants kept in registers), so that no kernel
+# reads a slot by its index.
+# The sizes, and whether the MLP is GELU (1; else ReLU).
+Dims = namedtuple("Dims", ["d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "gelu"])
+# Where each whole-model tensor starts in one seed's vector (-1: absent), GLOBAL's order.
+Globals = namedtuple("Globals", ["W_E", "W_pos", "W_U", "b_U", "ln_final_w", "ln_final_b"])
+# A model as the kernels take it: each tensor's start and size in one seed's vector (in
+# Params' order), the Globals, the per-layer offsets (L, len(LAYER): -1 absent, read with the
+# LN1W... names above) and the Dims.
+Layout = namedtuple("Layout", ["starts", "sizes", "glob", "lay", "dims"])
 # The config fields the kernel reads; any other field must keep its default to be covered.
 KNOWN_FIELDS = {
     "d_model",
@@ -83,7 +96,7 @@ def preferred(cfg: ModelConfig, dtype) -> bool:
 
 @lru_cache(maxsize=64)
 def layout(cfg: ModelConfig):
-    """Per tensor (start in one seed's vector, size), and the role offsets (-1: absent)."""
+    """The model as the kernels take it (a Layout)."""
     if not supports(cfg):  # every kernel call passes here: an unknown tensor would be skipped
         raise FlatformerError(
             "the compiled path does not compute this model; the NumPy engine does"
@@ -95,24 +108,21 @@ def layout(cfg: ModelConfig):
         sizes.append(size)
         where[name] = offset
         offset += size
-    glob = np.array([where.get(n, -1) for n in GLOBAL], dtype=np.int64)
+    glob = Globals(*(where.get(n, -1) for n in GLOBAL))
     per_layer = np.array(
         [[where.get(f"blocks.{i}.{n}", -1) for n in LAYER] for i in range(cfg.n_layers)],
         dtype=np.int64,
     )
-    dims = np.array(
-        [
-            cfg.d_model,
-            cfg.n_heads,
-            cfg.d_head,
-            cfg.d_mlp,
-            cfg.d_vocab,
-            cfg.n_ctx,
-            int(cfg.act_fn == "gelu"),
-        ],
-        dtype=np.int64,
+    dims = Dims(
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.d_head,
+        cfg.d_mlp,
+        cfg.d_vocab,
+        cfg.n_ctx,
+        int(cfg.act_fn == "gelu"),
     )
-    return (
+    return Layout(
         np.array(starts, dtype=np.int64),
         np.array(sizes, dtype=np.int64),
         glob,
