@@ -38,7 +38,7 @@ def default_dtype(cfg: ModelConfig, recipe=None) -> str:
     parameters, else float64 (and there the compiled path where it trains the model).
 
     >>> from flatformer.config import preset
-    >>> from flatformer.recipes import get_recipe
+    >>> from flatformer.training.recipes import get_recipe
     >>> default_dtype(preset("paper-2d", 12)), default_dtype(preset("grokking-1l", 54))
     ('float64', 'float64')
     >>> default_dtype(preset("grokking-1l", 54, n_layers=2, d_model=96, d_head=24))
