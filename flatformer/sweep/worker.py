@@ -103,11 +103,12 @@ def _watch_parent(parent: int):
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _run_local(jobs: list[dict], workers: int):
-    """(job, result) pairs as jobs finish, `workers` processes at a time."""
+def _run_local(jobs: list[dict], workers: int, work=run_job):
+    """(job, result) pairs as jobs finish, `workers` processes at a time; `work` (run_job,
+    or a function of the same contract) runs each job."""
     if workers == 1:
         for job in jobs:
-            yield job, run_job(job)
+            yield job, work(job)
         return
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -119,7 +120,7 @@ def _run_local(jobs: list[dict], workers: int):
         initializer=_watch_parent,
         initargs=(os.getpid(),),
     ) as pool:
-        pending = {pool.submit(run_job, job): job for job in jobs}
+        pending = {pool.submit(work, job): job for job in jobs}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
