@@ -66,8 +66,10 @@ def run_measures(run) -> dict:
         "circularity": float(mechanism["circularity"]),
         "training_accuracy": float(right[train].mean()),
         "validation_accuracy": float(right[test].mean()),
+        # math.fsum: exactly rounded, so the same weights give the same norm in any process
+        # (NumPy's pairwise sums can differ with the arrays' alignment).
         "parameter_norm": math.sqrt(
-            sum(float((w.astype(np.float64) ** 2).sum()) for w in weights.values())
+            math.fsum(math.fsum(np.square(w, dtype=np.float64).ravel()) for w in weights.values())
         ),
         "mechanism": str(mechanism["kind"]),
         "key_frequencies": " ".join(map(str, keys)),

@@ -22,8 +22,9 @@ def draw_mechanism_fraction(diagram: dict, kind: str, ax=None):
         _, ax = plt.subplots(figsize=(7, 2 + 0.5 * len(diagram["y_labels"])))
     k = diagram["kinds"].index(kind)
     share = diagram["fraction"][..., k]
-    cmap = matplotlib.colormaps[KIND_COLORMAPS.get(kind, style.SEQUENTIAL)].copy()
-    cmap.set_bad("white")
+    cmap = matplotlib.colormaps[KIND_COLORMAPS.get(kind, style.SEQUENTIAL)].with_extremes(
+        bad="white"
+    )
     image = ax.imshow(
         np.ma.masked_invalid(share), cmap=cmap, vmin=0, vmax=1, aspect="auto", origin="lower"
     )
