@@ -104,7 +104,12 @@ if torch is not None:
                 scores = self.hook(
                     b + "attn.hook_attn_scores", scores.masked_fill(~mask, float("-inf")), ctx
                 )
-                pattern = self.hook(b + "attn.hook_pattern", scores.softmax(-1), ctx)
+                pattern = scores.softmax(-1)
+                if cfg.attn_coeff != 1.0:  # Zhong et al.'s attention rate (components.attention)
+                    pattern = cfg.attn_coeff * pattern + (1.0 - cfg.attn_coeff) * mask.to(
+                        pattern.dtype
+                    )
+                pattern = self.hook(b + "attn.hook_pattern", pattern, ctx)
                 z = self.hook(b + "attn.hook_z", torch.einsum("bhqk,bkhe->bqhe", pattern, v), ctx)
                 if cfg.attn_out:
                     attn_out = torch.einsum("bqhe,hed->bqd", z, self.p(b + "attn.W_O"))
@@ -189,6 +194,11 @@ def to_transformer_lens(run_or_model, step: int | None = None):
     _require_torch()
     model = _as_model(run_or_model, step)
     cfg = model.cfg
+    if cfg.attn_coeff != 1.0:
+        raise FlatformerError(
+            f"TransformerLens has no attention rate: this model mixes its attention with "
+            f"uniform weights (attn_coeff {cfg.attn_coeff:g}); use to_torch instead"
+        )
     try:
         from transformer_lens import TransformerBridgeConfig
         from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from .errors import FlatformerError
-from .limits import whole
+from .limits import number, whole
 from .suggest import did_you_mean
 
 # Each size's valid range: generous for tiny models, and small enough that a config (typed, or
@@ -24,7 +24,7 @@ LIMITS = {
 MAX_PARAMS = 20_000_000
 ACT_FNS = ("relu", "gelu", "gelu_erf")
 # Fields added after runs were first saved, left out of a saved config at their default.
-LATER_DEFAULTS = {"attn_out_bias": False, "d_vocab_out": 0, "causal": True}
+LATER_DEFAULTS = {"attn_out_bias": False, "d_vocab_out": 0, "causal": True, "attn_coeff": 1.0}
 
 # The model's two constants, shared by every implementation: TransformerLens's LayerNorm eps
 # and GPT-2's tanh GELU's sqrt(2 / pi).
@@ -63,6 +63,9 @@ class ModelConfig:
     attn_out_bias: bool = False  # the attention output bias b_O (d_model,), added after W_O
     d_vocab_out: int = 0  # tokens the unembedding predicts (0: d_vocab), as in grokking's model
     causal: bool = True  # False: every query reads every key (compiled RASP programs)
+    # Zhong et al. 2023's attention rate: coeff * softmax + (1 - coeff) on every key a query
+    # reads (components.attention); 1 is ordinary attention, 0 sums the values it reads.
+    attn_coeff: float = 1.0
 
     def __post_init__(self):
         for name, (lo, hi) in LIMITS.items():
@@ -77,6 +80,8 @@ class ModelConfig:
                 f"config: act_fn must be one of {', '.join(ACT_FNS)}, got {self.act_fn!r}"
             )
         whole("config: d_vocab_out", self.d_vocab_out, 0, self.d_vocab)
+        # stored as a float, so that a file's 0 and 1 read back as the same model's 0.0 and 1.0
+        object.__setattr__(self, "attn_coeff", number("config: attn_coeff", self.attn_coeff, 0, 1))
         if self.d_vocab_out == 1:
             raise FlatformerError(
                 "config: d_vocab_out must be 0 (all of d_vocab) or at least 2, got 1"

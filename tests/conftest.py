@@ -144,6 +144,9 @@ CONFIGS = {
         d_vocab_out=11,
         ln_final=True,
     ),
+    # Zhong et al.'s attention rate: learned attention mixed with uniform (attn_coeff), two
+    # layers of two heads with W_O and pre-LayerNorm.
+    "attention-rate": preset("simulator-16d", 12, n_layers=2, qkv_bias=True, attn_coeff=0.3),
 }
 
 

@@ -92,6 +92,41 @@ def test_attention_backward_is_autograds(lead, queries):
         close(got, want)
 
 
+@pytest.mark.parametrize("coeff", [0.0, 1e-3, 0.3, 0.9])
+@pytest.mark.parametrize("queries", [None, [1, 4]])
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_attention_rate_backward_is_autograds(coeff, queries, causal):
+    """Zhong et al.'s attn_coeff: coeff softmax + (1 - coeff) on every key a query reads, as
+    their code writes it, forward and backward against autograd."""
+    T, dh, lead = 5, 4, (3, 2)
+    bias = C.causal_bias(T) if causal else np.zeros((T, T))
+    rows = slice(None) if queries is None else queries
+    q = RNG.standard_normal((*lead, T, dh))[..., rows, :]
+    k, v = RNG.standard_normal((2, *lead, T, dh))
+    z, pattern = C.attention(q, k, v, bias[rows], coeff=coeff)
+    tq, tk, tv = t(q), t(k), t(v)
+    scores = tq @ tk.transpose(-1, -2) / math.sqrt(dh) + torch.tensor(bias[rows])
+    seen = torch.tensor(np.isfinite(bias[rows]), dtype=torch.float64)
+    mixed = scores.softmax(-1) * coeff + (1 - coeff) * seen
+    tz = mixed @ tv
+    close(pattern, mixed.detach().numpy())
+    close(z, tz.detach().numpy())
+    dz = RNG.standard_normal(z.shape)
+    got = C.attention_backward(dz, q, k, v, pattern, coeff=coeff, bias=bias[rows])
+    for got, want in zip(got, grad_of((tz * t(dz)).sum(), tq, tk, tv)):
+        assert got.shape == want.shape
+        close(got, want)
+
+
+def test_uniform_attention_sums_the_values_a_query_reads():
+    """At attn_coeff 0 the pattern is 1 on every key read: query i gets v_0 + ... + v_i."""
+    T, dh = 4, 3
+    q, k, v = RNG.standard_normal((3, T, dh))
+    z, pattern = C.attention(q, k, v, C.causal_bias(T), coeff=0.0)
+    np.testing.assert_array_equal(pattern, np.tril(np.ones((T, T))))
+    close(z, np.cumsum(v, 0))
+
+
 def test_attention_hooks_see_the_scores_and_the_pattern_and_cannot_unmask():
     T, dh = 4, 2
     q, k, v = RNG.standard_normal((3, 2, T, dh))

@@ -11,6 +11,7 @@ from edge_hooks import hooked_edge_logits, tl_runner
 from flatformer.bridge import to_torch, to_transformer_lens
 from flatformer.data import TaskData
 from flatformer.edges.graph import EdgeGraph
+from flatformer.errors import FlatformerError
 from flatformer.edges.methods import (
     build_problem,
     eap,
@@ -74,6 +75,10 @@ def test_reading_the_logits_at_positions_is_the_full_run_there(cfg):
 def test_edge_ablation_and_its_gradient_equal_hooks_on_the_bridge(cfg, bridge):
     torch.set_num_threads(1)
     model, graph, tokens, refs, rng = random_case(cfg)
+    if bridge == "transformer-lens" and cfg.attn_coeff != 1.0:
+        with pytest.raises(FlatformerError, match="TransformerLens has no attention rate"):
+            to_transformer_lens(model)
+        return
     run = to_torch(model) if bridge == "torch" else tl_runner(to_transformer_lens(model))
     weights = rng.standard_normal((*tokens.shape, cfg.vocab_out))
     for masks in (

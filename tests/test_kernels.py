@@ -269,6 +269,15 @@ def test_imported_model_features_never_reach_the_compiled_path():
         kernels.loss_and_gradients(params, tokens, targets, weights)
 
 
+def test_the_attention_rate_never_reaches_the_compiled_path():
+    """attn_coeff below 1 is the NumPy engine's alone: auto takes it there, numba refuses."""
+    cfg = CONFIGS["paper-2d"].replace(attn_coeff=0.5)
+    assert kernels.supports(CONFIGS["paper-2d"]) and not kernels.supports(cfg)
+    assert choose(cfg, None, "auto") == NUMPY
+    with pytest.raises(FlatformerError, match="compiled engine does not cover"):
+        choose(cfg, None, "numba")
+
+
 def test_the_numpy_engine_never_touches_the_compiled_kernels(tmp_path, monkeypatch):
     """--engine numpy: training, its evaluations and the compile notice all stay in model.py,
     though the compiled path covers the model and `auto` would take it."""

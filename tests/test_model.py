@@ -230,6 +230,11 @@ def test_float32_stays_float32_everywhere():
         (dict(n_layers=0), "n_layers"),
         (dict(d_mlp=-1), "d_mlp must be a whole number in 0\\.\\."),
         (dict(ln_final="yes"), "ln_final must be true or false"),
+        (dict(attn_coeff=1.5), "attn_coeff must be a number in \\[0, 1\\]"),
+        (dict(attn_coeff=-0.1), "attn_coeff"),
+        (dict(attn_coeff=True), "attn_coeff"),
+        (dict(attn_coeff="half"), "attn_coeff"),
+        (dict(attn_coeff=float("nan")), "attn_coeff"),
     ],
 )
 def test_config_validates_itself(bad, message):
@@ -281,3 +286,13 @@ def test_new_fields_stay_out_of_saved_configs_at_their_defaults():
         cfg.replace(d_vocab_out=29)
     with pytest.raises(FlatformerError, match="attn_out_bias"):
         preset("paper-2d", 12, attn_out_bias=True)
+
+
+def test_the_attention_rate_is_saved_only_when_it_is_not_1():
+    cfg = preset("grokking-1l", 54)
+    assert "attn_coeff" not in cfg.to_dict()
+    mixed = cfg.replace(attn_coeff=0)
+    assert mixed.attn_coeff == 0.0 and isinstance(mixed.attn_coeff, float)
+    assert mixed.to_dict()["attn_coeff"] == 0.0
+    assert ModelConfig.from_dict(mixed.to_dict()) == mixed
+    assert ModelConfig.from_dict({**cfg.to_dict(), "attn_coeff": 1}) == cfg

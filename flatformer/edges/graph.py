@@ -182,8 +182,8 @@ class EdgeGraph:
                         y = y + t[b + f"attn.b_{kind.upper()}"][h]
                     qkv.append(y)
                 q, k, v = qkv
-                z, pattern = attention(q, k, v, mask)
-                saved.update(q=q, k=k, v=v, pattern=pattern)
+                z, pattern = attention(q, k, v, mask, coeff=cfg.attn_coeff)
+                saved.update(q=q, k=k, v=v, pattern=pattern, bias=mask)
                 tr.saved[head] = saved
                 out = self._head_out(z, L, h)
                 tr.outs[head] = out if at is None else self._scatter(out[:, :, 0], at, tr.shape)
@@ -284,7 +284,15 @@ class EdgeGraph:
                     dz = dy @ t[b + "attn.W_O"][h].T
                 else:
                     dz = dy[..., h * dh : (h + 1) * dh]
-                dqkv = attention_backward(dz, saved["q"], saved["k"], saved["v"], saved["pattern"])
+                dqkv = attention_backward(
+                    dz,
+                    saved["q"],
+                    saved["k"],
+                    saved["v"],
+                    saved["pattern"],
+                    coeff=cfg.attn_coeff,
+                    bias=saved["bias"],
+                )
                 for kind, dy in zip("qkv", dqkv):
                     dx = dy @ t[b + f"attn.W_{kind.upper()}"][h].T
                     if cfg.normalization == "pre_ln":

@@ -151,22 +151,47 @@ def causal_bias(T: int, dtype=np.float64) -> np.ndarray:
     return bias
 
 
-def attention(q, k, v, bias, hook=no_hook, kit=None):
+def attention(q, k, v, bias, hook=no_hook, kit=None, coeff: float = 1.0):
     """Each head's attention, heads on a leading axis: z = softmax(q k^T / sqrt(dh) + bias) v.
     q (..., Tq, dh), k and v (..., Tk, dh), bias (..., Tq, Tk) 0 or -inf. Returns z (..., Tq,
-    dh) and the pattern (..., Tq, Tk)."""
+    dh) and the pattern (..., Tq, Tk).
+
+    `coeff` below 1 is the attention rate of Zhong et al. 2023 ("The Clock and the Pizza",
+    their `attn_coeff`): the pattern is coeff softmax(...) + (1 - coeff) on every key the query
+    may read (bias 0), as their code adds 1 - coeff to every entry of its unmasked pattern. The
+    rows then sum to coeff + (1 - coeff) Tk', not 1: at coeff 0 a query sums the values it
+    reads. hook_pattern is this mixed pattern, the weights the values are multiplied by."""
     kit = kit or REFERENCE
     scores = hook("hook_attn_scores", q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1]) + bias)
     # masked again, should a hook have unmasked the scores
-    pattern = hook("hook_pattern", kit.softmax(scores + bias))
+    pattern = kit.softmax(scores + bias)
+    if coeff != 1.0:
+        pattern = coeff * pattern + (1.0 - coeff) * visible(bias, pattern.dtype)
+    pattern = hook("hook_pattern", pattern)
     return pattern @ v, pattern
 
 
-def attention_backward(dz, q, k, v, pattern, kit=None):
-    """(dq, dk, dv) from dloss/dz, given attention's inputs and its pattern."""
+def visible(bias, dtype) -> np.ndarray:
+    """1 where attention's bias lets a query read a key (0), 0 where it hides it (-inf)."""
+    return (np.asarray(bias) == 0).astype(dtype)
+
+
+def attention_backward(dz, q, k, v, pattern, kit=None, coeff: float = 1.0, bias=None):
+    """(dq, dk, dv) from dloss/dz, given attention's inputs and its pattern (with `coeff`
+    below 1 the mixed pattern, and the `bias` it was mixed under: the softmax is recovered
+    from it, and the scores' gradient is the softmax's scaled by coeff)."""
     kit = kit or REFERENCE
     dv = pattern.swapaxes(-1, -2) @ dz
-    dscores = kit.softmax_backward(dz @ v.swapaxes(-1, -2), pattern, math.sqrt(q.shape[-1]))
+    dpattern = dz @ v.swapaxes(-1, -2)
+    if coeff != 1.0:
+        if coeff == 0.0:  # the scores change nothing
+            zeros = np.zeros_like(dpattern)
+            return zeros @ k, zeros.swapaxes(-1, -2) @ q, dv
+        # softmax = (pattern - (1 - coeff) visible) / coeff; its error ~eps / coeff is
+        # multiplied back by coeff in dpattern, so the gradient stays exact to ~eps
+        pattern = (pattern - (1.0 - coeff) * visible(bias, pattern.dtype)) / coeff
+        dpattern = coeff * dpattern
+    dscores = kit.softmax_backward(dpattern, pattern, math.sqrt(q.shape[-1]))
     return dscores @ k, dscores.swapaxes(-1, -2) @ q, dv
 
 

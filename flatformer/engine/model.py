@@ -158,9 +158,7 @@ def forward(
     for layer in range(cfg.n_layers):
         b = f"blocks.{layer}."
         rows = read if read is not None and layer == cfg.n_layers - 1 else None
-        mask = (
-            causal_bias(T, params.flat.dtype) if cfg.causal else np.zeros((T, T), params.flat.dtype)
-        )
+        mask = attention_bias(cfg, T, params.flat.dtype)
         resid = hook(b + "hook_resid_pre", resid)
         attn_in = norm(resid, b + "ln1") if cfg.normalization == "pre_ln" else resid
         qkv = linear(attn_in.reshape(S, N, d), qkv_weights(params, b), qkv_biases(params, b))
@@ -170,9 +168,9 @@ def forward(
             for i, w in enumerate("qkv")
         ]  # (S,B,H,T,dh)
         if rows is not None:  # the queries the loss reads; their keys and values are all kept
-            q, mask = q[:, :, :, rows], mask[rows]
+            q, mask = q[:, :, :, rows], attention_bias(cfg, T, params.flat.dtype, rows)
             resid = resid[:, :, rows]
-        z, _ = attention(q, k, v, mask, hooks_in(b + "attn."), kit)  # (S,B,H,T,dh)
+        z, _ = attention(q, k, v, mask, hooks_in(b + "attn."), kit, cfg.attn_coeff)  # (S,B,H,T,dh)
         z = hook(b + "attn.hook_z", z.transpose(0, 1, 3, 2, 4))  # (S,B,T,H,dh)
         attn_out = z.reshape(S, -1, H * dh)  # the heads side by side
         if cfg.attn_out:
@@ -200,6 +198,13 @@ def forward(
         resid = norm(resid, "ln_final")
     logits = linear(resid.reshape(S, -1, d), params["unembed.W_U"], unembed_bias(params))
     return logits.reshape(S, B, -1, cfg.vocab_out), cache
+
+
+def attention_bias(cfg: ModelConfig, T: int, dtype, rows=None) -> np.ndarray:
+    """Added to the attention scores (T, T), or (P, T) at the query rows `rows`: the causal
+    mask's 0 and -inf, or zeros where every query reads every key (causal: false)."""
+    mask = causal_bias(T, dtype) if cfg.causal else np.zeros((T, T), dtype)
+    return mask if rows is None else mask[rows]
 
 
 def qkv_weights(params: Params, b: str) -> np.ndarray:
@@ -306,7 +311,10 @@ def backward(params: Params, cache: dict, dlogits: np.ndarray) -> Params:
         q, k, v = (cache[b + f"attn.hook_{w}"].transpose(0, 1, 3, 2, 4) for w in "qkv")
         if rows is not None:
             q = q[:, :, :, rows]
-        dq, dk, dv = attention_backward(dz, q, k, v, cache[b + "attn.hook_pattern"], kit)
+        pattern = cache[b + "attn.hook_pattern"]
+        dq, dk, dv = attention_backward(
+            dz, q, k, v, pattern, kit, cfg.attn_coeff, attention_bias(cfg, T, pattern.dtype, rows)
+        )
         # dq, dk and dv side by side, as q, k and v came out of one product (dq is 0 at
         # queries the loss does not read)
         dqkv = (np.empty if rows is None else np.zeros)((S, B, T, 3, H, dh), dresid.dtype)

@@ -40,6 +40,7 @@ const FlatEdges = (() => {
     const {cfg, w} = model;
     checkTokens(cfg, tokens);
     const g = edgeGraph(cfg), T = tokens.length, d = cfg.d_model, dh = cfg.d_head;
+    const coeff = cfg.attn_coeff === undefined ? 1 : cfg.attn_coeff;  // Zhong et al.'s rate
     const WE = w["embed.W_E"].data, WP = w["pos_embed.W_pos"].data;
     const outs = {
       tok: tokens.map((t) => Array.from(WE.subarray(t * d, t * d + d))),
@@ -82,7 +83,9 @@ const FlatEdges = (() => {
             for (let c = 0; c < dh; c++) dot += qkv.Q[i][c] * qkv.K[j][c];
             row.push(dot / Math.sqrt(dh));
           }
-          const a = softmax(row), zi = zeros(dh);
+          let a = softmax(row);
+          if (coeff !== 1) a = a.map((x) => coeff * x + (1 - coeff));  // row: the keys read
+          const zi = zeros(dh);
           for (let j = 0; j <= i; j++) for (let c = 0; c < dh; c++) zi[c] += a[j] * qkv.V[j][c];
           z.push(zi);
         }

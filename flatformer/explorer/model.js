@@ -205,6 +205,7 @@ const FlatModel = (() => {
     checkTokens(cfg, tokens);
     const T = tokens.length, d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head;
     const beta = knobs.beta === undefined ? 1 : knobs.beta;
+    const coeff = cfg.attn_coeff === undefined ? 1 : cfg.attn_coeff;
     const headsOff = new Set(knobs.headsOff || []), mlpOff = new Set(knobs.mlpOff || []);
     const cache = {};
     const WE = w["embed.W_E"].data, WP = w["pos_embed.W_pos"].data;
@@ -241,7 +242,9 @@ const FlatModel = (() => {
             row.push(s);
           }
           S.push(row);
-          const a = softmax(row);
+          let a = softmax(row);
+          // Zhong et al.'s attention rate: coeff softmax + (1 - coeff) on every key read
+          if (coeff !== 1) a = a.map((x, j) => (j <= i ? coeff * x + (1 - coeff) : 0));
           A.push(a);
           if (!headsOff.has(`${l}.${h}`)) {
             for (let j = 0; j <= i; j++) {

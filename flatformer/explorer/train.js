@@ -39,6 +39,7 @@ const FlatTrain = (() => {
     if (!["none", "pre_ln"].includes(cfg.normalization)) throw new Error(`normalization ${cfg.normalization}`);
     // Imported models' features the backward pass does not cover.
     if (cfg.attn_out_bias) throw new Error("attn_out_bias (b_O) is not trainable here");
+    if (cfg.attn_coeff !== undefined && cfg.attn_coeff !== 1) throw new Error("attn_coeff is not trainable here");
     if (cfg.d_vocab_out && cfg.d_vocab_out !== cfg.d_vocab) throw new Error("d_vocab_out is not trainable here");
   }
 
