@@ -30,7 +30,7 @@ from flatformer.atlas import (
 from flatformer.errors import FlatformerError
 from flatformer.runs import load_run
 
-# A tiny model on p = 7: three drawn learning rates x two seeds, each job 40 full-batch steps.
+# A tiny model on p = 7: three drawn learning rates and attention rates x two seeds, each job 40 full-batch steps.
 ATLAS = """
 tasks = ["modular-addition"]
 recipes = ["grokking"]
@@ -48,6 +48,7 @@ eval_every = 20
 n_runs = 3
 seed = 5
 lr = {loguniform = [0.001, 0.01]}
+attn_coeff = {uniform = [0, 1]}
 """
 JOBS = [f"modular-addition.grokking-1l.grokking.draw-{i:04d}" for i in range(3)]
 
@@ -206,9 +207,8 @@ def test_one_row_per_run_with_the_published_columns(local_atlas):
     for row in again:
         run = load_run(out / row["job"] / f"seed_{row['seed']}")
         assert row["lr"] == run.config["recipe"]["lr"] and row["p"] == 7
-        assert row["d_model"] == 8 and row["attn_coeff"] == run.config["model"].get(
-            "attn_coeff", 1.0
-        )
+        assert row["d_model"] == 8 and row["attn_coeff"] == run.config["model"]["attn_coeff"]
+        assert f"attn_coeff={row['attn_coeff']!r}" in row["overrides"].split()
         # Oracles: the held-out accuracy is one minus the training loop's rule error (the same
         # pairs, another code path); the norm is the checkpoint's, summed here in float64.
         assert row["validation_accuracy"] == pytest.approx(1 - row["rule_error"], abs=1e-12)
