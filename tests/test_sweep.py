@@ -289,3 +289,30 @@ def test_a_ray_worker_killed_mid_job_is_retried_to_the_same_rows(
     assert holder(out / killed / "seed_0") != pid  # another worker finished the job
     _, local_rows = local_sweep
     assert without_time(rows) == without_time(local_rows)
+
+
+def test_the_papers_knobs_are_sweep_keys(tmp_path):
+    """Zhong et al.'s grid: attention rate, width, heads, layers, weight decay, training
+    fraction and p are each a key of a sweep's `sets` (the task's settings among them)."""
+    from flatformer.sweep.plan import _build
+
+    sweep = {
+        "tasks": ["modular-addition"],
+        "recipes": ["grokking"],
+        "seeds": "0-1",
+        "set": {"p": 13, "train_fraction": 0.8, "weight_decay": 2.0, "steps": 10},
+        "sets": [
+            {"attn_coeff": 0},
+            {"attn_coeff": 0.5, "d_model": 32, "d_head": 8, "d_mlp": 128, "n_layers": 4},
+        ],
+    }
+    jobs = expand(sweep, tmp_path)
+    assert [j["name"].split(".", 3)[3] for j in jobs] == [
+        "attn_coeff=0",
+        "attn_coeff=0.5,d_head=8,d_mlp=128,d_model=32,n_layers=4",
+    ]
+    built = [_build(j)[0] for j in jobs]
+    assert [b.cfg.attn_coeff for b in built] == [0.0, 0.5]
+    assert (built[1].cfg.d_model, built[1].cfg.n_layers, built[1].cfg.n_heads) == (32, 4, 4)
+    assert built[0].task.p == 13 and built[0].task.train_fraction == 0.8
+    assert built[0].recipe.weight_decay == 2.0

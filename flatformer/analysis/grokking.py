@@ -205,13 +205,25 @@ def input_gradients(params: Params, a, b, c) -> np.ndarray:
     return backward(many, cache, dlogits)["pos_embed.W_pos"][:, :2].copy()
 
 
-def gradient_symmetricity(params: Params, p: int, n: int = 100, seed: int = 0) -> float:
+def gradient_symmetricity(
+    params: Params, p: int, n: int = 100, seed: int = 0, triples=None, chunk: int = 25
+) -> float:
     """Zhong et al.'s gradient symmetricity of a one-seed model: over `n` random triples (a, b,
     c), the mean cosine similarity of the gradients of the logit of c at `=` with respect to the
     input embeddings of a and of b. Near 1 for the pizza (the logits see E_a + E_b); lower for
-    the clock (the logits multiply E_a and E_b)."""
-    a, b, c = np.random.default_rng(seed).integers(p, size=(3, n))
-    grads = input_gradients(params, a, b, c)
+    the clock (the logits multiply E_a and E_b). `triples` (n, 3) gives the (a, b, c) instead
+    (analysis.mechanism passes the paper's); `chunk` triples are differentiated at once (each
+    is a copy of the model)."""
+    if triples is None:
+        a, b, c = np.random.default_rng(seed).integers(p, size=(3, n))
+    else:
+        a, b, c = np.asarray(triples).reshape(-1, 3).T
+    grads = np.concatenate(
+        [
+            input_gradients(params, a[i : i + chunk], b[i : i + chunk], c[i : i + chunk])
+            for i in range(0, len(a), chunk)
+        ]
+    )
     ga, gb = grads[:, 0], grads[:, 1]
     norms = np.linalg.norm(ga, axis=1) * np.linalg.norm(gb, axis=1)
     return float(((ga * gb).sum(1) / np.maximum(norms, 1e-300)).mean())
