@@ -2,14 +2,12 @@
 a rerun and a killed atlas that redo only what is missing, the same table on Ray, and the phase
 diagram's numbers and figure."""
 
-import importlib.util
 import math
 import re
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
@@ -51,38 +49,6 @@ lr = {loguniform = [0.001, 0.01]}
 attn_coeff = {uniform = [0, 1]}
 """
 JOBS = [f"modular-addition.grokking-1l.grokking.draw-{i:04d}" for i in range(3)]
-
-# Until the mechanism measures land in flatformer.analysis.mechanism, the tests stand in for
-# them with the grokking module's two measures (the atlas only tabulates what they return).
-STANDIN = textwrap.dedent(
-    """
-    import sys, types
-    def mechanism_measures(model, cfg, task):
-        from flatformer.analysis.grokking import (
-            distance_irrelevance, gradient_symmetricity, pair_logits)
-        q = distance_irrelevance(pair_logits(model.params, task.p)[0], task.p)
-        return {"gradient_sim": gradient_symmetricity(model.params, task.p),
-                "distance_irrelevance": q, "circularity": float("nan"),
-                "kind": "clock" if q > 0.4 else "pizza"}
-    if "flatformer.analysis.mechanism" not in sys.modules:
-        try:
-            import flatformer.analysis.mechanism
-        except ImportError:
-            module = types.ModuleType("flatformer.analysis.mechanism")
-            module.mechanism_measures = mechanism_measures
-            sys.modules["flatformer.analysis.mechanism"] = module
-    """
-)
-REAL = importlib.util.find_spec("flatformer.analysis.mechanism") is not None
-
-
-@pytest.fixture(autouse=True, scope="module")
-def mechanism():
-    saved = sys.modules.get("flatformer.analysis.mechanism")
-    exec(STANDIN, {"__name__": "standin"})
-    yield
-    if saved is None:
-        sys.modules.pop("flatformer.analysis.mechanism", None)
 
 
 def atlas(path, out, **kwargs):
@@ -216,7 +182,7 @@ def test_one_row_per_run_with_the_published_columns(local_atlas):
         norm = math.sqrt(sum((w.astype(np.float64) ** 2).sum() for w in weights.values()))
         assert row["parameter_norm"] == pytest.approx(norm, rel=1e-12)
         assert row["mechanism"] in MECHANISMS
-        assert all(isinstance(row[k], float) for k in PUBLISHED if k != "circularity" or REAL)
+        assert all(isinstance(row[k], float) for k in PUBLISHED)
         assert [int(k) for k in str(row["key_frequencies"]).split()] and 0 < row["key_share"] <= 1
         assert (out / row["job"] / f"seed_{row['seed']}" / "explorer.html").is_file()
 
@@ -247,13 +213,8 @@ def test_a_trained_but_unmeasured_job_is_measured_not_retrained(local_atlas, atl
 
 def test_killed_atlas_finishes_only_the_missing_jobs(local_atlas, atlas_file, tmp_path):
     out = tmp_path / "killed"
-    code = STANDIN + (
-        "from flatformer.cli import main\n"
-        f"sys.argv = ['flatformer', 'atlas', {str(atlas_file)!r}, '--out', {str(out)!r}, "
-        "'--workers', '1']\nmain()\n"
-    )
     driver = subprocess.Popen(
-        [sys.executable, "-c", code],
+        [sys.executable, "-m", "flatformer", "atlas", atlas_file, "--out", out, "--workers", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -290,7 +251,6 @@ def local_ray():
     ray.shutdown()
 
 
-@pytest.mark.skipif(not REAL, reason="Ray's workers import the real mechanism measures")
 def test_ray_gives_the_same_table(local_ray, local_atlas, atlas_file, tmp_path):
     rows, statuses = atlas(atlas_file, tmp_path / "ray", ray="auto", workers=2, explore=1)
     assert statuses == {name: "trained" for name in JOBS}

@@ -1,15 +1,13 @@
 """The atlas's phase-diagram page in headless Chromium: offline, a click on a cell lists its
 runs, a run's link opens its explorer page, and every string is shown as text."""
 
-import sys
-
 import pytest
 
 from browser import close, open_page
 from clitools import assert_one_line_error, cli_here
 from flatformer.atlas import phase_diagram, read_atlas
 from flatformer.explorer.atlas_page import atlas_html
-from test_atlas import ATLAS, STANDIN
+from test_atlas import ATLAS
 
 EXPLORER_READY = (
     "() => document.documentElement.dataset.ready === 'true' || "
@@ -21,24 +19,18 @@ EVIL = "<img src=x onerror=alert(1)>"
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """A tiny atlas made by the command (its explorer pages with it)."""
-    saved = sys.modules.get("flatformer.analysis.mechanism")
-    exec(STANDIN, {"__name__": "standin"})
     folder = tmp_path_factory.mktemp("atlas")
     (folder / "tiny.toml").write_text(ATLAS)
-    try:
-        result = cli_here(
-            "atlas",
-            folder / "tiny.toml",
-            "--out",
-            folder / "out",
-            "--workers",
-            "1",
-            "--set",
-            "data_seed=2",
-        )
-    finally:
-        if saved is None:
-            sys.modules.pop("flatformer.analysis.mechanism", None)
+    result = cli_here(
+        "atlas",
+        folder / "tiny.toml",
+        "--out",
+        folder / "out",
+        "--workers",
+        "1",
+        "--set",
+        "data_seed=2",
+    )
     assert result.returncode == 0, result.stderr
     assert "6 runs in 3 jobs (3 trained now, 0 finished before)" in " ".join(result.stdout.split())
     return folder / "out"

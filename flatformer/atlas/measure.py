@@ -2,12 +2,14 @@
 under the names their published table (`result/1l_fixedwidth.csv`) gives them, and
 flatformer's own grokking measures beside them (Nanda et al. 2023).
 
-Published names: `gradient_sim` (gradient symmetricity), `distance_irrelevance`,
-`circularity`, `training_accuracy`, `validation_accuracy` (over the run's own training and
-held-out pairs) and `parameter_norm` (the l2 norm of every parameter, as their
-`parameters_norm`). Ours: `mechanism` (clock, pizza or other: the analysis's `kind`),
-`key_frequencies` (space-separated), `key_share` (of the embedding's Fourier energy),
-`restricted_loss` (over all p^2 pairs) and `excluded_loss` (over the training pairs).
+Published names (analysis/mechanism.py computes the first three): `gradient_sim` (gradient
+symmetricity), `distance_irrelevance`, `circularity`, `training_accuracy`,
+`validation_accuracy` (over the run's own training and held-out pairs) and `parameter_norm`
+(the l2 norm of every parameter, as their `parameters_norm`). Ours: `mechanism` (clock, pizza
+or other: mechanism.py's `kind`), `accuracy` (over all p^2 pairs), `key_frequencies`
+(space-separated) and their number, `key_share` (the key frequencies' share of the
+embedding's Fourier energy), `restricted_loss` (over all p^2 pairs) and `excluded_loss` (over
+the training pairs).
 A task other than modular addition gets the training metrics only: its measure columns are
 left empty.
 """
@@ -26,7 +28,15 @@ PUBLISHED = (
     "validation_accuracy",
     "parameter_norm",
 )
-OURS = ("mechanism", "key_frequencies", "key_share", "restricted_loss", "excluded_loss")
+OURS = (
+    "mechanism",
+    "accuracy",
+    "key_frequencies",
+    "n_key_frequencies",
+    "key_share",
+    "restricted_loss",
+    "excluded_loss",
+)
 MEASURES = PUBLISHED + OURS
 MECHANISMS = ("clock", "pizza", "other")
 
@@ -34,15 +44,7 @@ MECHANISMS = ("clock", "pizza", "other")
 def run_measures(run) -> dict:
     """The measures of a run's last checkpoint (a `runs.Run`), {column: value}; empty for a
     task the measures do not apply to."""
-    from ..analysis.grokking import (
-        all_pairs,
-        excluded_logits,
-        key_frequencies,
-        losses,
-        pair_logits,
-        restricted_logits,
-        spectrum,
-    )
+    from ..analysis.grokking import all_pairs, pair_logits, spectrum
     from ..analysis.mechanism import mechanism_measures
     from ..engine.model import Params
 
@@ -51,15 +53,14 @@ def run_measures(run) -> dict:
         return {}
     p = task.p
     weights = run.weights()
-    params = Params.stack(run.cfg, [weights])
-    logits = pair_logits(params, p)[0]  # (p^2, V)
+    data_seed = run.config.get("data_seed", 0)
+    mechanism = mechanism_measures(run.model(), run.cfg, task, data_seed)
+    logits = pair_logits(Params.stack(run.cfg, [weights]), p)[0]  # (p^2, V)
     pairs = all_pairs(p)
-    targets = (pairs[:, 0] + pairs[:, 1]) % p
-    train, test = task.pairs(run.config.get("data_seed", 0))
-    right = logits[:, :p].argmax(-1) == targets
-    keys = key_frequencies(weights, p)
+    right = logits[:, :p].argmax(-1) == (pairs[:, 0] + pairs[:, 1]) % p
+    train, test = task.pairs(data_seed)
+    keys = [int(k) for k in mechanism["key_frequencies"].split()]
     energy = spectrum(weights["embed.W_E"][:p]) ** 2
-    mechanism = mechanism_measures(run.model(), run.cfg, task)
     return {
         "gradient_sim": float(mechanism["gradient_sim"]),
         "distance_irrelevance": float(mechanism["distance_irrelevance"]),
@@ -72,8 +73,10 @@ def run_measures(run) -> dict:
             math.fsum(math.fsum(np.square(w, dtype=np.float64).ravel()) for w in weights.values())
         ),
         "mechanism": str(mechanism["kind"]),
-        "key_frequencies": " ".join(map(str, keys)),
+        "accuracy": float(mechanism["accuracy"]),
+        "key_frequencies": mechanism["key_frequencies"],
+        "n_key_frequencies": int(mechanism["n_key_frequencies"]),
         "key_share": float(energy[keys].sum() / max(energy.sum(), 1e-300)),
-        "restricted_loss": float(losses(restricted_logits(logits, p, keys), targets)),
-        "excluded_loss": float(losses(excluded_logits(logits, p, keys)[train], targets[train])),
+        "restricted_loss": float(mechanism["restricted_loss"]),
+        "excluded_loss": float(mechanism["excluded_loss"]),
     }
