@@ -18,8 +18,8 @@ h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:18px 0 6px}
 table.diagram{border-collapse:collapse;margin:8px 0}
 table.diagram th{font-weight:600;padding:4px 6px;font-size:12px;text-align:center}
 table.diagram th.row{text-align:right}
-td.cell{padding:0;border:1px solid #d1d9e0;min-width:74px;height:58px}
-td.cell a{display:block;height:100%;padding:4px 6px;color:#1f2328;text-decoration:none;
+td.cell{padding:0;border:1px solid #d1d9e0;min-width:74px;height:76px}
+td.cell a{display:block;height:76px;box-sizing:border-box;padding:4px 6px;color:#1f2328;text-decoration:none;
 font-size:12px;line-height:1.3}
 td.cell a:hover,td.cell a:focus{outline:2px solid #0969da}
 td.empty{background:#f6f8fa}
