@@ -40,6 +40,7 @@ def atlas_rows(jobs: list[dict], results: dict) -> list[dict]:
             rows.append(
                 {
                     **row,
+                    "job_cpu_seconds": results[job["name"]].get("cpu_seconds"),
                     "draw": "" if job.get("draw") is None else job["draw"],
                     **configs[job["name"]],
                     **{k: v for k, v in measures[row["seed"]].items() if k != "seed"},

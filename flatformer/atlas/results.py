@@ -1,4 +1,5 @@
-"""The atlas's results.csv: the sweep's columns, the draw, each run's configuration (one
+"""The atlas's results.csv: the sweep's columns, the job's CPU seconds (training, measuring
+and pages, in the process that ran it), the draw, each run's configuration (one
 column per knob, named as its --set key) and its measures (named as Zhong et al.'s published
 table names them, ours beside them)."""
 
@@ -24,7 +25,7 @@ CONFIG = (
     "weight_decay",
     "data_seed",
 )
-COLUMNS = [*SWEEP_COLUMNS, "draw", *CONFIG, *MEASURES]
+COLUMNS = [*SWEEP_COLUMNS, "job_cpu_seconds", "draw", *CONFIG, *MEASURES]
 TEXT = {"job", "task", "preset", "recipe", "overrides", "act_fn", "mechanism", "key_frequencies"}
 MAX_RESULTS_BYTES = 2**30
 

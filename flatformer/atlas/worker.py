@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 from ..errors import FlatformerError
@@ -49,7 +50,12 @@ def measured(job: dict) -> dict | None:
         for s in range(first, last + 1)
     ):
         return None
-    return {**done, "measures": record["rows"]}
+    cpu = record.get("cpu_seconds")
+    return {**done, "measures": record["rows"], "cpu_seconds": cpu if _number(cpu) else None}
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _clean(value):
@@ -62,7 +68,9 @@ def _clean(value):
 def measure_job(job: dict) -> dict:
     """Train (or skip, or resume) one atlas job, measure its seeds, write their explorer pages
     when `job["explore"]` asks for them, and mark it measured. Returns the sweep's result with
-    "measures" (one row per seed), or {"error": ...}."""
+    "measures" (one row per seed) and "cpu_seconds" (this process's CPU time for the job:
+    training, measuring and pages; what a core spends on it, whatever else the machine runs),
+    or {"error": ...}."""
     from ..runs import load_run
     from ..store.layout import seed_folder
     from ..store.write import atomic_write
@@ -71,6 +79,7 @@ def measure_job(job: dict) -> dict:
     done = measured(job)
     if done is not None:
         return done
+    started = time.process_time()  # this process's CPU: the job's cost on its core
     result = run_job(job)
     if "error" in result:
         return result
@@ -87,9 +96,15 @@ def measure_job(job: dict) -> dict:
                     _write_page(run, job["explore"])
     except FlatformerError as exc:
         return {"error": str(exc)}
-    record = {"job": _identity(job), "rows": rows, **({"no_page": True} if no_page else {})}
+    cpu = time.process_time() - started
+    record = {
+        "job": _identity(job),
+        "rows": rows,
+        "cpu_seconds": cpu,
+        **({"no_page": True} if no_page else {}),
+    }
     atomic_write(Path(job["folder"]) / MEASURED, (json.dumps(record) + "\n").encode())
-    return {**result, "measures": rows}
+    return {**result, "measures": rows, "cpu_seconds": cpu}
 
 
 def _write_page(run, checkpoints: int):
