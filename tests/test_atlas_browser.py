@@ -93,6 +93,16 @@ def test_every_string_is_shown_as_text(chromium, tmp_path):
         assert {u.split("#")[0] for u in watched.requests} == {path.as_uri()}
     finally:
         close(watched)
+    # Without explorer pages the runs are named, not linked.
+    path.write_text(atlas_html(phase_diagram(rows, bins=5), "t", None), encoding="utf-8")
+    watched = visit(chromium, path)
+    try:
+        watched.page.locator("td.cell a").first.click()
+        section = watched.page.locator("section.runs:target")
+        assert section.locator("a").count() == 0 and "seed 0" in section.inner_text()
+        assert "flatformer explore" in watched.page.locator("p.note").inner_text()
+    finally:
+        close(watched)
 
 
 @pytest.mark.parametrize(

@@ -100,7 +100,7 @@ def atlas(
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
         atomic_write(folder / "atlas.png", buffer.getvalue())
-        page = atlas_html(diagram, atlas_file.stem, "explorer.html")
+        page = atlas_html(diagram, atlas_file.stem, "explorer.html" if explore else None)
         atomic_write(folder / "atlas.html", page.encode("utf-8"))
         shares = diagram["counts"].sum((0, 1))
         out.print(

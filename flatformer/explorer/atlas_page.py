@@ -41,18 +41,22 @@ def _cell_style(fractions: dict) -> str:
     return f"background:rgba({r},{g},{b},{0.15 + 0.6 * fractions[kind]:.2f})"
 
 
-def _run_link(run: dict, explorer: str) -> str:
+def _run_link(run: dict, explorer: str | None) -> str:
+    name = f"{_e(run['job'])} · seed {_e(run['seed'])}"
+    if explorer is None:
+        return name
     path = f"{run['job']}/seed_{run['seed']}/{explorer}"
-    return f'<a href="{_e(quote(path))}">{_e(run["job"])} · seed {_e(run["seed"])}</a>'
+    return f'<a href="{_e(quote(path))}">{name}</a>'
 
 
 def _value(v) -> str:
     return f"{v:.3g}" if isinstance(v, float) and math.isfinite(v) else str(v)
 
 
-def atlas_html(diagram: dict, title: str, explorer: str = "explorer.html") -> str:
+def atlas_html(diagram: dict, title: str, explorer: str | None = "explorer.html") -> str:
     """The page for `atlas.phase.phase_diagram`'s output; runs link to `explorer` in their run
-    folders (relative to the atlas folder, where the page is written)."""
+    folders (relative to the atlas folder, where the page is written), or, with None (no
+    pages written), are named with the command that writes one."""
     x, y = diagram["x"], diagram["y"]
     kinds = diagram["kinds"]
     total = int(diagram["total"].sum())
@@ -108,8 +112,13 @@ def atlas_html(diagram: dict, title: str, explorer: str = "explorer.html") -> st
         f'<p class="note">{total} runs, binned by {_e(x)}'
         + (f" (columns) and {_e(y)} (rows)" if y else "")
         + f"; each cell: the share of its runs that learned each mechanism.{_e(left_out)} "
-        "Click a cell to list its runs; each links to its explorer page.</p>"
-        f'<p class="legend">{legend}</p>'
+        + (
+            "Click a cell to list its runs; each links to its explorer page.</p>"
+            if explorer
+            else "Click a cell to list its runs. Their explorer pages were not written: "
+            "<code>flatformer explore ATLAS/JOB/seed_S</code> writes one.</p>"
+        )
+        + f'<p class="legend">{legend}</p>'
         f'<table class="diagram"><tr><th class="row">{_e(y or "")}</th>{head}</tr>'
         f'{"".join(body)}<tr><th></th><th colspan="{len(diagram["x_labels"])}">{_e(x)}</th>'
         "</tr></table>" + "".join(sections) + "</body></html>\n"
