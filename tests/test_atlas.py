@@ -142,6 +142,13 @@ def test_jobs_are_named_after_their_draw_and_carry_its_values(atlas_file, tmp_pa
         assert job["draw"] == i and job["drawn"] == draw_one(knobs, seed, i)
         assert job["overrides"]["lr"] == job["drawn"]["lr"] and job["overrides"]["p"] == 7
         assert job["folder"] == str((tmp_path / "out" / job["name"]).absolute())
+    # Each entry of sets is crossed with each draw.
+    crossed = load_atlas(atlas_file)
+    crossed["sets"] = [{}, {"weight_decay": 1.0}]
+    names = [j["name"] for j in expand_atlas(crossed, tmp_path / "crossed")]
+    assert names == JOBS + [
+        f"modular-addition.grokking-1l.grokking.weight_decay=1.0.draw-{i:04d}" for i in range(3)
+    ]
     # --set pairs join the file's [set]; without [draw] an atlas is its sweep's grid.
     grid = load_atlas(atlas_file, {"weight_decay": 0.5})
     del grid["draw"]
