@@ -110,6 +110,26 @@ def _run_local(jobs: list[dict], workers: int, work=run_job):
         for job in jobs:
             yield job, work(job)
         return
+    # One BLAS thread per worker, as Ray gives its tasks: a worker is one core's share, and on a
+    # busy machine BLAS threads spinning for a core multiplied a step's CPU time. Read by NumPy
+    # when a spawned worker imports it, so set for the pool's life (the driver's NumPy, loaded
+    # already, keeps its own).
+    saved = {name: os.environ.get(name) for name in SINGLE_THREADED}
+    os.environ.update(dict.fromkeys(SINGLE_THREADED, "1"))
+    try:
+        yield from _pool(jobs, workers, work)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _pool(jobs: list[dict], workers: int, work):
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
