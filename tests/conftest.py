@@ -34,6 +34,8 @@ __all__ = [
 # export, compare on hand-made weights) is the fast loop the README describes.
 SLOW = {
     "test_analysis_cli",
+    "test_atlas",
+    "test_atlas_browser",
     "test_bridge_lens",
     "test_cli",
     "test_compare_command",

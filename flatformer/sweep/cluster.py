@@ -99,13 +99,14 @@ def _ray_session(address: str, workers: int):
             ray.shutdown()
 
 
-def _run_ray(jobs: list[dict]):
-    """(job, result) pairs as Ray tasks finish, on the connected Ray."""
+def _run_ray(jobs: list[dict], work=run_job):
+    """(job, result) pairs as Ray tasks finish, on the connected Ray; `work` (run_job, or a
+    function of the same contract) runs each job."""
     import ray
 
     # A worker that dies mid-job (killed, its node lost) is retried: the retry resumes from the
     # job's checkpoints, and the dead worker's run-folder locks went with it.
-    task = ray.remote(num_cpus=1, max_retries=3)(run_job)
+    task = ray.remote(num_cpus=1, max_retries=3)(work)
     pending = {task.remote(job): job for job in jobs}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)

@@ -15,7 +15,7 @@ from ..store.lock import hold
 from .cluster import _ray_session, _run_ray, _split_address
 from .plan import _build, _pairs, expand, load_sweep
 from .results import results_csv
-from .worker import _run_local, finished
+from .worker import _run_local, finished, run_job
 
 
 def check_sweep_fits(jobs: list[dict], out_dir: Path, workers: int, local: bool) -> str:
@@ -62,13 +62,61 @@ def run_sweep(
     `progress(job, result, status)` is called once per job, status "skipped" (finished
     before), "trained" or "failed" (result {"error": ...}).
     """
+    jobs = expand(load_sweep(path), out_dir)
+    table = []
+
+    def results_table(results: dict) -> str:
+        table[:] = sweep_rows(jobs, results)
+        return results_csv(table)
+
+    _, failed = run_jobs(jobs, out_dir, workers, ray, progress, note, table=results_table)
+    return table, failed
+
+
+def sweep_rows(jobs: list[dict], results: dict) -> list[dict]:
+    """results.csv's rows: one per seed of every finished job, in sweep order."""
+    return [
+        dict(
+            job=job["name"],
+            task=job["task"],
+            preset=job["preset"],
+            recipe=job["recipe"],
+            overrides=" ".join(_pairs(job["overrides"])),
+            seed=r["seed"],
+            steps=r["step"],
+            train_loss=r["train_loss"],
+            val_loss=r["val_loss"],
+            rule_error=r["rule_error"],
+            job_seconds=round(results[job["name"]]["seconds"], 3),
+        )
+        for job in jobs
+        if job["name"] in results
+        for r in results[job["name"]]["rows"]
+    ]
+
+
+def run_jobs(
+    jobs: list[dict],
+    out_dir,
+    workers: int | None = None,
+    ray: str | None = None,
+    progress: Callable[[dict, dict, str], None] | None = None,
+    note: Callable[[str], None] = lambda line: None,
+    work: Callable[[dict], dict] = run_job,
+    done: Callable[[dict], dict | None] = finished,
+    table: Callable[[dict], str] | None = None,
+) -> tuple[dict, list[str]]:
+    """Run the expanded `jobs` that `done` does not find finished, with `work` (run_job, or a
+    function of its contract: a job in, its result or {"error": ...} out), in local processes
+    or on Ray, holding the sweep folder; then write DIR/results.csv as `table(results)` makes
+    it. Returns {job name: result} of every finished job and the failed jobs' one-line errors.
+    """
     from ..store.write import atomic_write, claim_folder, make_folder
 
     workers = (os.cpu_count() or 1) if workers is None else workers
     processes("--workers", workers)
     if ray and ray != "auto":
         _split_address(ray)
-    jobs = expand(load_sweep(path), out_dir)
     names = {job["name"] for job in jobs}
     # Ours: it holds a sweep's sweep.json, or only folders named after this sweep's jobs.
     out_dir = claim_folder(
@@ -82,7 +130,7 @@ def run_sweep(
     make_folder(out_dir, "sweep folder")
     with hold(out_dir, "a sweep"):
         atomic_write(out_dir / "sweep.json", (json.dumps(jobs, indent=1) + "\n").encode())
-        results = {job["name"]: done for job in jobs if (done := finished(job))}
+        results = {job["name"]: result for job in jobs if (result := done(job))}
         todo = [job for job in jobs if job["name"] not in results]
         estimate = todo and check_sweep_fits(
             todo, out_dir, workers, local=ray is None or ray == "auto"
@@ -95,30 +143,14 @@ def run_sweep(
             for job in jobs:
                 if progress and job["name"] in results:
                     progress(job, results[job["name"]], "skipped")
-            for job, result in _run_ray(todo) if ray else _run_local(todo, workers):
+            ran = _run_ray(todo, work) if ray else _run_local(todo, workers, work)
+            for job, result in ran:
                 if "error" in result:
                     failed.append(f"{job['name']}: {result['error']}")
                 else:
                     results[job["name"]] = result
                 if progress:
                     progress(job, result, "failed" if "error" in result else "trained")
-        rows = [
-            dict(
-                job=job["name"],
-                task=job["task"],
-                preset=job["preset"],
-                recipe=job["recipe"],
-                overrides=" ".join(_pairs(job["overrides"])),
-                seed=r["seed"],
-                steps=r["step"],
-                train_loss=r["train_loss"],
-                val_loss=r["val_loss"],
-                rule_error=r["rule_error"],
-                job_seconds=round(results[job["name"]]["seconds"], 3),
-            )
-            for job in jobs
-            if job["name"] in results
-            for r in results[job["name"]]["rows"]
-        ]
-        atomic_write(out_dir / "results.csv", results_csv(rows).encode())
-    return rows, failed
+        if table is not None:
+            atomic_write(out_dir / "results.csv", table(results).encode())
+    return results, failed

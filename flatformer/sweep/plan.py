@@ -45,8 +45,8 @@ MAX_SWEEP_BYTES = 1_000_000
 MAX_JOBS = 10_000  # jobs in one sweep (each a process and a folder); counted before expansion
 
 
-def load_sweep(path) -> dict:
-    """The sweep file's contents, with a one-line error for bad TOML or unknown keys."""
+def load_sweep(path, axes: set = AXES) -> dict:
+    """The sweep file's contents, with a one-line error for bad TOML or keys not in `axes`."""
     path = Path(path)
     from ..store.read import read_text
 
@@ -55,10 +55,10 @@ def load_sweep(path) -> dict:
         sweep = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError) as exc:
         raise FlatformerError(f"{path} is not valid TOML: {exc}") from None
-    unknown = sorted(set(sweep) - AXES)
+    unknown = sorted(set(sweep) - axes)
     if unknown:
         raise FlatformerError(
-            f"{path}: unknown key {unknown[0]!r}; a sweep file takes {', '.join(sorted(AXES))}"
+            f"{path}: unknown key {unknown[0]!r}; a sweep file takes {', '.join(sorted(axes))}"
         )
     if "tasks" not in sweep or "recipes" not in sweep or "seeds" not in sweep:
         raise FlatformerError(f"{path}: a sweep needs tasks, recipes and seeds")

@@ -103,12 +103,33 @@ def _watch_parent(parent: int):
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _run_local(jobs: list[dict], workers: int):
-    """(job, result) pairs as jobs finish, `workers` processes at a time."""
+def _run_local(jobs: list[dict], workers: int, work=run_job):
+    """(job, result) pairs as jobs finish, `workers` processes at a time; `work` (run_job,
+    or a function of the same contract) runs each job."""
     if workers == 1:
         for job in jobs:
-            yield job, run_job(job)
+            yield job, work(job)
         return
+    # One BLAS thread per worker, as Ray gives its tasks: a worker is one core's share, and on a
+    # busy machine BLAS threads spinning for a core multiplied a step's CPU time. Read by NumPy
+    # when a spawned worker imports it, so set for the pool's life (the driver's NumPy, loaded
+    # already, keeps its own).
+    saved = {name: os.environ.get(name) for name in SINGLE_THREADED}
+    os.environ.update(dict.fromkeys(SINGLE_THREADED, "1"))
+    try:
+        yield from _pool(jobs, workers, work)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _pool(jobs: list[dict], workers: int, work):
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -119,7 +140,7 @@ def _run_local(jobs: list[dict], workers: int):
         initializer=_watch_parent,
         initargs=(os.getpid(),),
     ) as pool:
-        pending = {pool.submit(run_job, job): job for job in jobs}
+        pending = {pool.submit(work, job): job for job in jobs}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
