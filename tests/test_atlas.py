@@ -161,6 +161,18 @@ def test_jobs_are_named_after_their_draw_and_carry_its_values(atlas_file, tmp_pa
     assert all(j["overrides"]["weight_decay"] == 0.5 and j["draw"] is None for j in jobs)
 
 
+def test_draws_plans_the_first_draws_unchanged(atlas_file, tmp_path):
+    from flatformer.atlas.driver import plan_atlas
+
+    first = plan_atlas(atlas_file, tmp_path / "out", draws=2)
+    assert [j["name"] for j in first] == JOBS[:2]
+    more = plan_atlas(atlas_file, tmp_path / "out", draws=5)
+    assert [j["drawn"] for j in more[:3]] == [j["drawn"] for j in plan_atlas(atlas_file, tmp_path)]
+    assert len(more) == 5
+    with pytest.raises(FlatformerError, match="--draws must be"):
+        plan_atlas(atlas_file, tmp_path / "out", draws=0)
+
+
 def test_a_knob_both_drawn_and_set_is_refused(atlas_file, tmp_path):
     sweep = load_atlas(atlas_file)
     sweep["sets"] = [{"lr": 0.1}]

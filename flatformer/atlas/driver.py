@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..errors import FlatformerError
 from ..sweep.driver import run_jobs, sweep_rows
 from ..sweep.plan import _build
 from .plan import expand_atlas, load_atlas
@@ -13,13 +14,21 @@ from .results import config_columns, results_csv
 from .worker import measure_job, measured
 
 
-def plan_atlas(path, out_dir, sets: dict | None = None, explore: int = 1) -> list[dict]:
+def plan_atlas(
+    path, out_dir, sets: dict | None = None, explore: int = 1, draws: int | None = None
+) -> list[dict]:
     """The atlas file's jobs (each marked to write its runs' explorer pages with `explore`
-    checkpoints; 0: none)."""
+    checkpoints; 0: none); with `draws`, its first `draws` draws in place of [draw]'s n_runs
+    (a draw is the same whatever n_runs is, so a larger number later only adds runs)."""
     from ..store.limits import whole
 
     whole("--explore", explore, 0, 201)
-    jobs = expand_atlas(load_atlas(path, sets), out_dir)
+    atlas = load_atlas(path, sets)
+    if draws is not None:
+        if "draw" not in atlas:
+            raise FlatformerError(f"--draws needs a [draw] table; {path} has none")
+        atlas["draw"] = {**atlas["draw"], "n_runs": whole("--draws", draws, 1, 10_000)}
+    jobs = expand_atlas(atlas, out_dir)
     for job in jobs:
         job["explore"] = explore
     return jobs

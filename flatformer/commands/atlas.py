@@ -31,6 +31,11 @@ def atlas(
     sets: Optional[List[str]] = typer.Option(
         None, "--set", help="key=value for every job (added to the file's [set]), repeatable."
     ),
+    draws: Optional[int] = typer.Option(
+        None,
+        help="Only the first N draws of [draw] [its n_runs]; the same draws whatever N, so a "
+        "larger N later adds runs.",
+    ),
     explore: int = typer.Option(
         1, help="Checkpoints in each run's explorer page (0: write no pages)."
     ),
@@ -49,7 +54,7 @@ def atlas(
 
     folder = out_dir or Path("runs") / atlas_file.stem
     overrides = parse_sets(sets or [])
-    jobs = plan_atlas(atlas_file, folder, overrides, explore)
+    jobs = plan_atlas(atlas_file, folder, overrides, explore, draws)
     n_runs = sum(j["seeds"][1] - j["seeds"][0] + 1 for j in jobs)
     progress = progress_display(
         TextColumn("{task.description:<6}"),
