@@ -25,13 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from common import record  # noqa: E402
-from flatformer.dictionary.activations import transcoder_hooks  # noqa: E402
-from flatformer.dictionary.metrics import reconstruction_metrics  # noqa: E402
-from flatformer.dictionary.train import Recipe, train_stack  # noqa: E402
-from flatformer.graph import Transcoder, attribute  # noqa: E402
+from flatformer.graph import attribute  # noqa: E402
 from flatformer.graph.prune import prune  # noqa: E402
 from flatformer.graph.supernodes import decoder_groups, pair_agreement  # noqa: E402
-from flatformer.graph.transcoders import L1, WIDTH  # noqa: E402
+from flatformer.graph.transcoders import fit_transcoders  # noqa: E402
 from flatformer.rasp import library as lib  # noqa: E402
 from flatformer.rasp import rasp  # noqa: E402
 from flatformer.rasp.compile import compile_rasp_to_model  # noqa: E402
@@ -53,20 +50,8 @@ def measure(name, make, vocab, max_len, steps):
     compiled = compile_rasp_to_model(make(), vocab, max_len)
     model = Transformer(compiled.cfg, compiled.tensors)
     inputs = np.array([compiled.encode(xs) for xs in itertools.product(vocab, repeat=max_len)])
-    _, cache = model.run_with_cache(inputs)
-    transcoders, fvu = [], []
-    for L in range(compiled.cfg.n_layers):
-        if f"blocks.{L}.mlp" not in compiled.mlps:  # an MLP left empty (W_out = 0)
-            continue
-        hook_in, hook_out = transcoder_hooks(model, f"blocks.{L}.hook_mlp_out")
-        x = cache[hook_in].reshape(-1, compiled.cfg.d_model)
-        y = cache[hook_out].reshape(-1, compiled.cfg.d_model)
-        stack, _ = train_stack("relu", x, y, [WIDTH], None, [L1], Recipe(steps=steps))
-        w = stack.member(0)
-        tc = Transcoder(L, w["W_enc"], w["b_enc"], w["W_dec"], w["b_dec"], hook_in, hook_out)
-        f = tc.encode(x)
-        fvu.append(reconstruction_metrics(y, tc.decode(f), f)["fvu"])
-        transcoders.append(tc)
+    layers = [L for L in range(compiled.cfg.n_layers) if f"blocks.{L}.mlp" in compiled.mlps]
+    transcoders, fvu = fit_transcoders(model, inputs, layers, steps=steps)  # not empty MLPs
     by_layer = {tc.layer: tc for tc in transcoders}
     precision, recall, sizes = [], [], []
     for tokens in inputs:

@@ -377,3 +377,29 @@ def test_layernorm_with_its_own_scale_given_is_layernorm_and_linear():
     lhs = layer_norm_frozen(x + y, w, b, scale) - b
     rhs = layer_norm_frozen(x, w, b, scale) + layer_norm_frozen(y, w, b, scale) - 2 * b
     np.testing.assert_allclose(lhs, rhs, rtol=0, atol=1e-12)
+
+
+def test_the_graph_of_a_compiled_histogram_finds_its_known_circuit():
+    """hist's circuit, read off its weights: one head counting each token's equals and an MLP
+    reading the count. With its QK attributions the graph keeps exactly those edges."""
+    import itertools
+
+    from flatformer.edges.graph import EdgeGraph
+    from flatformer.graph.transcoders import fit_transcoders
+    from flatformer.graph.truth import edge_scores, score
+    from flatformer.model.transformer import Transformer
+    from flatformer.rasp import library as lib
+    from flatformer.rasp.circuit import known_edges
+    from flatformer.rasp.compile import compile_rasp_to_model
+
+    compiled = compile_rasp_to_model(lib.make_hist(), [1, 2, 3], 4)
+    model = Transformer(compiled.cfg, compiled.tensors)
+    inputs = np.array([compiled.encode(xs) for xs in itertools.product([1, 2, 3], repeat=4)])
+    transcoders, fvu = fit_transcoders(model, inputs, [0], steps=300)
+    known = {tuple(e) for e in known_edges(model)}
+    edges = EdgeGraph(model).edges
+    truth = {"edges": [{"src": s, "dst": d, "in_circuit": (s, d) in known} for s, d in edges]}
+    with_qk = [edge_scores(model, transcoders, inputs[i], edges)[1] for i in (0, 40, 80)]
+    result = score(truth, with_qk)
+    assert (result["auc"], result["precision"], result["recall"]) == (1.0, 1.0, 1.0)
+    assert result["circuit"] == len(known) == 6

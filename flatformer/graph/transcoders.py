@@ -97,6 +97,26 @@ def train_transcoders(
     return out, metrics
 
 
+def fit_transcoders(
+    model, tokens, layers, width: int = WIDTH, l1: float = L1, steps: int = STEPS
+) -> tuple[list[Transcoder], list[float]]:
+    """A ReLU transcoder for each MLP in `layers`, trained on the activations of `tokens`
+    (B, T) (a compiled program's every input, say), and each one's FVU on them."""
+    _, cache = model.run_with_cache(tokens)
+    out, fvu = [], []
+    for layer in layers:
+        hook_in, hook_out = transcoder_hooks(model, f"blocks.{layer}.hook_mlp_out")
+        x = cache[hook_in].reshape(-1, model.cfg.d_model)
+        y = cache[hook_out].reshape(-1, model.cfg.d_model)
+        stack, _ = train_stack("relu", x, y, [width], None, [l1], Recipe(steps=steps))
+        w = stack.member(0)
+        tc = Transcoder(layer, w["W_enc"], w["b_enc"], w["W_dec"], w["b_dec"], hook_in, hook_out)
+        f = tc.encode(x)
+        fvu.append(reconstruction_metrics(y, tc.decode(f), f)["fvu"])
+        out.append(tc)
+    return out, fvu
+
+
 def save_transcoders(transcoders: list[Transcoder], folder, model_name: str = "") -> Path:
     """One SAELens transcoder folder per block, `folder/blocks.L`, in float64."""
     folder = Path(folder)
