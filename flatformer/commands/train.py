@@ -57,6 +57,13 @@ def tasks():
     out.print(table)
 
 
+
+def rule_text(rule) -> str:
+    """A run's rule error as shown, or that its task has no rule there to check (NaN: no
+    held-out position is forced, as in a context too short for the task's rule)."""
+    return "no rule to check" if rule is None or rule != rule else f"rule error {rule:.2%}"
+
+
 @app.command()
 def train(
     task: Optional[str] = typer.Argument(
@@ -121,7 +128,7 @@ def train(
         out.print(
             f"{folder}: step {finals[0]['step']}, training loss "
             f"{finals[0]['train_loss']:.4f}, held-out loss {finals[0]['val_loss']:.4f}, "
-            f"rule error {finals[0]['rule_error']:.2%} ({seconds:.1f} s)",
+            f"{rule_text(finals[0]['rule_error'])} ({seconds:.1f} s)",
             markup=False,
             soft_wrap=True,
         )
@@ -161,7 +168,7 @@ def eval_cmd(
         rule = result["rule_error"]
         out.print(
             f"{run}: step {result['step']}, held-out loss {result['loss']:.4f}, "
-            + ("no rule to check" if rule is None or rule != rule else f"rule error {rule:.2%}"),
+            + rule_text(rule),
             markup=False,
             soft_wrap=True,
         )
