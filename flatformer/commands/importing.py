@@ -22,7 +22,7 @@ def import_model(
     fmt: Optional[str] = typer.Option(
         None,
         "--format",
-        help="nanogpt, hf-gpt2, transformer-lens or interpbench (default: detected).",
+        help="nanogpt, hf (a Hugging Face folder), transformer-lens or interpbench (default: detected).",
     ),
     vocab: Optional[Path] = typer.Option(
         None,

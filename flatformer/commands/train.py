@@ -57,7 +57,6 @@ def tasks():
     out.print(table)
 
 
-
 def rule_text(rule) -> str:
     """A run's rule error as shown, or that its task has no rule there to check (NaN: no
     held-out position is forced, as in a context too short for the task's rule)."""
@@ -167,8 +166,7 @@ def eval_cmd(
     else:
         rule = result["rule_error"]
         out.print(
-            f"{run}: step {result['step']}, held-out loss {result['loss']:.4f}, "
-            + rule_text(rule),
+            f"{run}: step {result['step']}, held-out loss {result['loss']:.4f}, " + rule_text(rule),
             markup=False,
             soft_wrap=True,
         )

@@ -18,7 +18,10 @@ from ..tasks.imported import ImportedTask
 from .common import Imported
 
 MAX_CORPUS_BYTES = 64 << 20  # read whole; its last MAX_TEXT_TOKENS tokens are kept
-FORMATS = ("nanogpt", "hf-gpt2", "transformer-lens", "interpbench")
+FORMATS = ("nanogpt", "hf", "transformer-lens", "interpbench")
+# Earlier names a user may still type: hf-gpt2 was the Hugging Face format before it read more
+# than GPT-2.
+ALIASES = {"hf-gpt2": "hf"}
 
 
 def detect(source: Path, config: Path | None = None) -> str:
@@ -32,7 +35,7 @@ def detect(source: Path, config: Path | None = None) -> str:
     if is_case(source):  # ll_model.pth beside ll_model_cfg.pkl
         return "interpbench"
     if source.is_dir() and (source / "config.json").exists():  # Hugging Face's, not a run's
-        return "hf-gpt2"
+        return "hf"
     raise FlatformerError(f"{source}: cannot tell its format; give --format ({', '.join(FORMATS)})")
 
 
@@ -46,7 +49,7 @@ def read_source(
     source = Path(source)
     if not source.exists():
         raise FlatformerError(f"{source}: no such file or folder")
-    fmt = fmt or detect(source, config)
+    fmt = ALIASES.get(fmt, fmt) or detect(source, config)
     if fmt not in FORMATS:
         raise FlatformerError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if config is not None and fmt != "transformer-lens":
