@@ -41,7 +41,7 @@ def main():
             watched = open_page(shared_browser(), page_file.as_uri())
             start = time.perf_counter()
             result = watched.page.evaluate(
-                f"() => window.flatformer.training.trainer({{task: 'plus-last-even', preset: 'paper-2d', "
+                f"() => window.flatformer.train({{task: 'plus-last-even', preset: 'paper-2d', "
                 f"seed: {seed}, steps: {args.steps}}})"
             )
             wall = time.perf_counter() - start

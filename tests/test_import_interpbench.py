@@ -3,6 +3,7 @@ that layout here: the model equals TransformerLens's own forward, its attention 
 tracr's models attend, and the ground-truth edges become the run's known circuit."""
 
 import json
+import os
 import pickle
 
 import numpy as np
@@ -92,8 +93,11 @@ def test_edge_names_map_to_the_graphs_and_refuse_what_it_lacks():
 
 
 class Payload:
+    """Would run a shell command if unpickled (os.system: a name no library replaces, where
+    print may be, as Ray's progress bars do)."""
+
     def __reduce__(self):
-        return (print, ("ran",))
+        return (os.system, ("echo ran",))
 
 
 @pytest.mark.parametrize("target", ["ll_model_cfg.pkl", "edges.pkl"])
@@ -101,7 +105,7 @@ def test_a_pickle_that_names_a_function_is_refused_unrun(tmp_path, capsys, targe
     write_case(tmp_path / "case")
     (tmp_path / "case" / target).write_bytes(pickle.dumps(Payload()))
     result = cli_here("import", tmp_path / "case", "--out", tmp_path / "run")
-    assert_one_line_error(result, target, "builtins.print")
+    assert_one_line_error(result, target, "system")
     assert "ran" not in result.stdout and "ran" not in capsys.readouterr().out
     assert not (tmp_path / "run").exists()
 

@@ -39,7 +39,7 @@ def trained(tmp_path_factory, chromium):
     page = watched.page
     wait(page, "window.flatformer !== undefined")
     result = page.evaluate(
-        "() => window.flatformer.training.trainer({task: 'plus-last-even', seed: 3, steps: 600})"
+        "() => window.flatformer.train({task: 'plus-last-even', seed: 3, steps: 600})"
     )
     archive = bytes(
         page.evaluate("async () => Array.from(new Uint8Array(await window.flatformer.exportRun()))")
@@ -228,9 +228,7 @@ def test_the_edge_graph_on_the_paused_weights_equals_numpy(trained):
 def test_pause_holds_the_step_and_the_slider_replays(trained):
     """Runs last: it starts a new training on the page of the others."""
     page = trained[0].page
-    page.evaluate(
-        "() => { window.flatformer.training.trainer({task: 'successor', seed: 1, steps: 20000}); }"
-    )
+    page.evaluate("() => { window.flatformer.train({task: 'successor', seed: 1, steps: 20000}); }")
     wait(page, "window.flatformer.state().step >= 300")
     page.click("#pg-pause")
     time.sleep(0.3)
