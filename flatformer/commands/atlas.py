@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from ..errors import FlatformerError
-from .app import app, out, progress_display
+from .app import app, out
+from .sweep import JobProgress
 
 
 @app.command()
@@ -55,49 +55,22 @@ def atlas(
     folder = out_dir or Path("runs") / atlas_file.stem
     overrides = parse_sets(sets or [])
     jobs = plan_atlas(atlas_file, folder, overrides, explore, draws)
-    n_runs = sum(j["seeds"][1] - j["seeds"][0] + 1 for j in jobs)
-    progress = progress_display(
-        TextColumn("{task.description:<6}"),
-        BarColumn(bar_width=None),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-    )
-    job_bar = progress.add_task("jobs", total=len(jobs), info="")
-    run_bar = progress.add_task("runs", total=n_runs, info="")
-    counts = {"skipped": 0, "trained": 0, "failed": 0}
-    shown = []
-
-    def advance(job, result, status):
-        if not shown:
-            shown.append(True)
-            progress.start()
-        counts[status] += 1
-        progress.advance(job_bar)
-        progress.advance(run_bar, job["seeds"][1] - job["seeds"][0] + 1)
-        progress.update(job_bar, info=", ".join(f"{v} {k}" for k, v in counts.items() if v))
-        if status == "failed":
-            progress.console.print(
-                f"{job['name']}: {result['error']}", markup=False, highlight=False
-            )
-
+    shown = JobProgress(jobs, "runs")
     try:
         rows, failed = run_atlas(
             atlas_file,
             folder,
             workers,
             ray,
-            advance,
-            note=lambda line: progress.console.print(
-                line, markup=False, highlight=False, soft_wrap=True
-            ),
+            shown.advance,
+            note=shown.note,
             jobs=jobs,
         )
     finally:
-        progress.stop()
+        shown.display.stop()
     out.print(
         f"{folder / 'results.csv'}: {len(rows)} runs in {len(jobs)} jobs "
-        f"({counts['trained']} trained now, {counts['skipped']} finished before)"
+        f"({shown.counts['trained']} trained now, {shown.counts['skipped']} finished before)"
     )
     if any(r.get("mechanism") for r in rows):
         diagram = phase_diagram(rows, x, y, bins)

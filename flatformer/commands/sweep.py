@@ -34,45 +34,18 @@ def sweep(
 
     folder = out_dir or Path("runs") / sweep_file.stem
     jobs = expand(load_sweep(sweep_file), folder)
-    n_seeds = sum(j["seeds"][1] - j["seeds"][0] + 1 for j in jobs)
-    progress = progress_display(
-        TextColumn("{task.description:<6}"),
-        BarColumn(bar_width=None),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-    )
-    job_bar = progress.add_task("jobs", total=len(jobs), info="")
-    seed_bar = progress.add_task("seeds", total=n_seeds, info="")
-    counts = {"skipped": 0, "trained": 0, "failed": 0}
-    shown = []
-
-    def advance(job, result, status):
-        if not shown:  # shown from the first job on, so a wrong --ray address still fails
-            shown.append(True)  # with one line
-            progress.start()
-        counts[status] += 1
-        progress.advance(job_bar)
-        progress.advance(seed_bar, job["seeds"][1] - job["seeds"][0] + 1)
-        progress.update(job_bar, info=", ".join(f"{v} {k}" for k, v in counts.items() if v))
-        if status == "failed":
-            progress.console.print(
-                f"{job['name']}: {result['error']}", markup=False, highlight=False
-            )
-
+    shown = JobProgress(jobs, "seeds")
     try:
         rows, failed = run_sweep(
             sweep_file,
             folder,
             workers,
             ray,
-            advance,
-            note=lambda line: progress.console.print(
-                line, markup=False, highlight=False, soft_wrap=True
-            ),
+            shown.advance,
+            note=shown.note,
         )
     finally:
-        progress.stop()
+        shown.display.stop()
     summary = summarize(rows)
     # Overrides every configuration shares (say steps=...) are said once, under the table.
     overrides = [set(c["overrides"].split()) for c in summary]
@@ -102,10 +75,45 @@ def sweep(
     out.print(table)
     out.print(
         f"{folder / 'results.csv'}: {len(rows)} seeds in {len(jobs)} jobs "
-        f"({counts['trained']} trained now, {counts['skipped']} finished before)"
+        f"({shown.counts['trained']} trained now, {shown.counts['skipped']} finished before)"
     )
     if failed:
         raise FlatformerError(
             f"{len(failed)} of {len(jobs)} jobs failed (rerun the sweep to "
             f"retry them); first: {failed[0]}"
         )
+
+
+class JobProgress:
+    """What a sweep or an atlas shows while its jobs run: a bar of jobs (with how many were
+    skipped, trained and failed) above a bar of their seeds, started at the first finished job
+    (so a wrong --ray address still fails with one line), each failure printed as it comes."""
+
+    def __init__(self, jobs: list[dict], unit: str):
+        self.display = progress_display(
+            TextColumn("{task.description:<6}"),
+            BarColumn(bar_width=None),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+        )
+        n = sum(j["seeds"][1] - j["seeds"][0] + 1 for j in jobs)
+        self.job_bar = self.display.add_task("jobs", total=len(jobs), info="")
+        self.seed_bar = self.display.add_task(unit, total=n, info="")
+        self.counts = {"skipped": 0, "trained": 0, "failed": 0}
+        self.shown = False
+
+    def advance(self, job, result, status):
+        if not self.shown:
+            self.shown = True
+            self.display.start()
+        self.counts[status] += 1
+        self.display.advance(self.job_bar)
+        self.display.advance(self.seed_bar, job["seeds"][1] - job["seeds"][0] + 1)
+        info = ", ".join(f"{v} {k}" for k, v in self.counts.items() if v)
+        self.display.update(self.job_bar, info=info)
+        if status == "failed":
+            self.note(f"{job['name']}: {result['error']}")
+
+    def note(self, line: str):
+        self.display.console.print(line, markup=False, highlight=False, soft_wrap=True)
