@@ -18,12 +18,12 @@ from flatformer.edges.methods import (
     eap_ig,
     exact_effects,
     find_circuits,
-    known_circuit_scores,
     path_patch,
     rank,
     roc_auc,
     spearman,
 )
+from flatformer.edges.report import known_circuit_scores
 from flatformer.store.runs import load_run
 from flatformer.model.transformer import Transformer
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from flatformer.commands.circuits import circuits_report
+from flatformer.edges.report import circuits_report
 from flatformer.errors import FlatformerError
 from flatformer.tasks.prompts import read_examples, task_examples
 from flatformer.store.runs import load_run

@@ -128,62 +128,6 @@ def parse_path(text: str) -> list[tuple[str, str]]:
     return edges
 
 
-def circuits_report(
-    run,
-    step,
-    ablation,
-    metric,
-    methods,
-    prompts,
-    target,
-    tau,
-    ig_steps,
-    progress=None,
-    path=None,
-    examples=None,
-) -> dict:
-    """The JSON report of `flatformer circuits` for a loaded run; with `path` (edges), also
-    that path's path-patching effect between the clean and the corrupt prompts."""
-    from ..edges.methods import (
-        build_problem,
-        check_memory,
-        find_circuits,
-        known_circuit_scores,
-        path_patch,
-        prompts_for,
-    )
-
-    step = run.resolve_step(step)
-    # Examples ablated by resampling or zeroing need no task data (an imported model has none)
-    data = run.data() if examples is None or ablation == "mean" else None
-    tokens = examples[0] if examples is not None else prompts_for(run.task, data, prompts)[0]
-    check_memory(run.cfg, len(tokens), tokens.shape[1], from_file=examples is not None)
-    problem = build_problem(
-        run.model(step), run.task, data, ablation, metric, prompts, examples=examples
-    )
-    patched = None
-    if path:
-        if problem.corrupt is None:
-            problem = build_problem(
-                run.model(step), run.task, data, "resample", metric, prompts, examples=examples
-            )
-        patched = {"path": [list(e) for e in path], "effect": path_patch(problem, path)}
-    report = find_circuits(problem, methods, target, tau=tau, ig_steps=ig_steps, progress=progress)
-    known = (run.config.get("imported") or {}).get("circuit")
-    if known:
-        report["known_circuit"] = {
-            "source": known["source"],
-            **known_circuit_scores(report, known["edges"]),
-        }
-    return {
-        "run": str(run.path),
-        "task": run.task.name,
-        "step": step,
-        **report,
-        **({"path_patching": patched} if patched else {}),
-    }
-
-
 @app.command()
 def circuits(
     run: Path = typer.Argument(..., help="A run folder."),
@@ -230,6 +174,7 @@ def circuits(
     receivers q/k/v, MLPs mL, logits) ablated alone, the smallest faithful circuit, and EAP,
     EAP-IG and ACDC scored against the exact effects."""
     from ..config import require_classic
+    from ..edges.report import circuits_report
     from ..store.runs import load_run
 
     loaded = load_run(run)

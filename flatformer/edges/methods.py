@@ -502,47 +502,6 @@ def find_circuits(
     }
 
 
-def known_circuit_scores(report: dict, known) -> dict:
-    """Every method of a `find_circuits` report scored against a circuit known by construction
-    (InterpBench's ground truth, a compiled program's): the ROC AUC of its edge scores (|effect|
-    for exact ablation, |estimate| for EAP and EAP-IG, ACDC's own scores) for membership in the
-    known circuit, and the precision and recall of the circuit it selects. Exact ablation selects
-    its greedy circuit and ACDC its kept edges; EAP and EAP-IG have no threshold of their own,
-    so they select as many top edges as the greedy circuit has (Conmy et al. 2023 score ACDC
-    this way, by AUC over its threshold, and at one threshold)."""
-    names = [(r["src"], r["dst"]) for r in report["edges"]]
-    truth = {tuple(e) for e in known}
-    missing = sorted(truth - set(names))
-    if missing:
-        raise FlatformerError(
-            f"the known circuit's edge {missing[0][0]}->{missing[0][1]} is not in the model's graph"
-        )
-    labels = np.array([n in truth for n in names])
-    k = report["circuit"]["edges_kept"]
-    out = {"edges": len(truth), "methods": {}}
-    for key in ("exact", "eap", "eap_ig", "acdc"):
-        if key not in report["edges"][0]:
-            continue
-        scores = np.array([r[key] for r in report["edges"]])
-        scores = scores if key == "acdc" else np.abs(scores)
-        if key == "exact":
-            chosen, by = set(map(tuple, report["circuit"]["edges"])), "its greedy circuit"
-        elif key == "acdc":
-            chosen, by = set(map(tuple, report["methods"]["acdc"]["edges"])), "its kept edges"
-        else:
-            chosen = {names[e] for e in np.argsort(-scores, kind="stable")[:k]}
-            by = f"its top {k} edges (the greedy circuit's size)"
-        hit = len(chosen & truth)
-        out["methods"][key] = {
-            "auc": _num(roc_auc(scores, labels)),
-            "precision": _num(hit / len(chosen)) if chosen else None,
-            "recall": _num(hit / len(truth)) if truth else None,
-            "selected": len(chosen),
-            "selected_by": by,
-        }
-    return out
-
-
 def shown_circuit(model: Transformer, task, data: TaskData) -> dict:
     """The circuit the circuit figure and the explorer page show: mean ablation, the task's
     default metric, exact effects only (`find_circuits`'s report)."""
