@@ -28,7 +28,6 @@ import numpy as np
 from ..engine.components import (
     attention,
     attention_backward,
-    causal_bias,
     embed,
     layer_norm,
     layer_norm_backward,
@@ -37,6 +36,7 @@ from ..engine.components import (
     pos_embed,
 )
 from ..config import require_classic
+from ..engine.model import attention_bias
 from ..model.transformer import Transformer
 
 
@@ -212,13 +212,13 @@ class EdgeGraph:
         return logits, tr
 
     def _queries(self, positions, T):
-        """The queries a layer attends from: every position, with the causal mask as a bias
-        (T, T) (zeros for a model that attends both ways); or with `positions` = (rows, index)
-        the one at index[b] of each prompt b, with its row of the bias (B, 1, T)."""
-        bias = causal_bias(T) if self.cfg.causal else np.zeros((T, T))
+        """The queries a layer attends from: every position, with the engine's attention bias
+        (T, T) (the causal mask, or zeros for a model that attends both ways); or with
+        `positions` = (rows, index) the one at index[b] of each prompt b, with its row of the
+        bias (B, 1, T)."""
         if positions is None:
-            return None, bias
-        return positions, bias[positions[1]][:, None]
+            return None, attention_bias(self.cfg, T, np.float64)
+        return positions, attention_bias(self.cfg, T, np.float64, positions[1])[:, None]
 
     def _mlp_weights(self, L):
         b = f"blocks.{L}.mlp."

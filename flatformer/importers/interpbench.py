@@ -48,15 +48,11 @@ class PlainUnpickler(pickle.Unpickler):
         if (module, name) in CONFIG_CLASSES:
             return Fields
         if module == "torch" and name in DTYPES:
-            return _DtypeName(name)
+            return name  # only a label in a config: torch.float32 read as "float32"
         raise FlatformerError(
             f"{self.where} names {module}.{name}: only plain data and a TransformerLens "
             "config are read"
         )
-
-
-class _DtypeName(str):
-    """torch.float32 read as the string "float32" (it is only a label in a config)."""
 
 
 def read_pickle(path: Path, what: str):
@@ -83,7 +79,6 @@ def read(folder: Path) -> Imported:
         cfg = dict(vars(cfg))
     if not isinstance(cfg, dict) or not all(isinstance(k, str) for k in cfg):
         raise FlatformerError(f"{folder / 'll_model_cfg.pkl'}: the config must be a dict of fields")
-    cfg = {k: str(v) if isinstance(v, _DtypeName) else v for k, v in cfg.items()}
     state = validate.state_dict(torch_state(folder / "ll_model.pth"), str(folder / "ll_model.pth"))
     try:
         imported = tlens.convert(cfg, state)
