@@ -97,3 +97,59 @@ def test_transcoder_reads_the_mlp_input_after_layernorm(tmp_path):
 )
 def test_refusals_are_one_line(small_run, tmp_path, args, words):
     assert_one_line_error(cli_here("dictionary", small_run, "--out", tmp_path, *args), *words)
+
+
+HIST = """
+from flatformer.rasp import library
+program = library.make_hist()
+"""
+
+
+def test_a_compressed_compiled_program_scores_dictionaries_against_its_variables(tmp_path):
+    """The data are the program's inputs; the true features at resid_post are the token and
+    histogram values (and the width head's scratch), each a row of the compression map."""
+    (tmp_path / "hist.py").write_text(HIST)
+    run = tmp_path / "hist"
+    made = cli_here(
+        "compile",
+        tmp_path / "hist.py",
+        "--vocab",
+        "1,2,3",
+        "--max-len",
+        "4",
+        "--out",
+        run,
+        "--compress",
+        "9",
+        "--compress-steps",
+        "3",
+    )
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "dict"
+    made = cli_here(
+        "dictionary",
+        run,
+        "--hook",
+        "blocks.0.hook_resid_post",
+        "--width",
+        "12",
+        "--k",
+        "2",
+        "--steps",
+        "30",
+        "--out",
+        out,
+    )
+    assert made.returncode == 0, made.stderr
+    assert "against the program's" in made.stdout
+    summary = json.loads((out / "metrics.json").read_text())
+    truth = summary["members"][0]["metrics"]["truth"]
+    config = json.loads((run / "config.json").read_text())["imported"]
+    present = config["rasp"]["present"]["blocks.0.hook_resid_post"]
+    assert truth["features"] == len(present) and "hist:1" in present and "tokens:3" in present
+    assert truth["recovered"] + truth["missed"] == truth["features"]
+    assert 0 <= truth["mcc"] <= 1
+    # the training data are inputs of max_len values: BOS and 4 tokens, no padding rows
+    assert summary["eval_tokens"] % 5 == 0
+    page = (out / "dashboards.html").read_text()
+    assert "hist:1" in page

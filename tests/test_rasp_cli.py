@@ -1,9 +1,15 @@
 """`flatformer compile`: a program file to a checked run folder, or one line and exit 2."""
 
+import itertools
 import json
+
+import numpy as np
 
 from clitools import assert_one_line_error, cli_here
 
+from flatformer import rasp
+from flatformer.rasp import library
+from flatformer.rasp.compile import compile_rasp_to_model
 from flatformer.store.runs import load_run
 
 SHIFT = """
@@ -126,3 +132,104 @@ def test_a_compiled_run_records_its_circuit_and_circuits_scores_against_it(tmp_p
     (tmp_path / "bad.jsonl").write_text(json.dumps({"prompt": "BOS 0 1 2 3", "target": "7"}))
     bad = cli_here("circuits", tmp_path / "run", "--prompts", tmp_path / "bad.jsonl")
     assert_one_line_error(bad, "target must be one of the model's outputs (0, 1, 2, 3, None)")
+
+
+REVERSE = """
+from flatformer import rasp
+from flatformer.rasp import library
+program = library.make_reverse(rasp.tokens)
+"""
+
+
+def test_acdc_recovers_the_compiled_reverse_circuit_as_conmy_et_al_read_it(tmp_path):
+    """ACDC's Table 3 set-up (Conmy et al. 2023): reverse compiled for inputs of up to 5 values,
+    read on the permutations of 1, 2, 3 at every position, zero ablation, the L2 metric. The
+    known circuit is the wired edges that are live: the always-true selector's query and key,
+    and the `bos` direction into the MLPs, are wired but change no output anywhere."""
+    source = tmp_path / "reverse.py"
+    source.write_text(REVERSE)
+    cli_here("compile", source, "--vocab", "1,2,3", "--max-len", "5", "--out", tmp_path / "run")
+    known = load_run(tmp_path / "run").config["imported"]["circuit"]
+    live, wired = set(map(tuple, known["edges"])), set(map(tuple, known["wired"]))
+    assert live < wired and len(live) == 9 and len(wired) == 16
+    assert {("tok", "a0.0.q"), ("tok", "a0.0.k"), ("tok", "m0")} <= wired - live
+    assert {("a0.0", "m0"), ("m2", "a3.0.q"), ("pos", "a3.0.k"), ("a3.0", "logits")} <= live
+    assert known["live_on"] == {"inputs": 363, "exhaustive": True}
+    lines = [
+        json.dumps({"prompt": "BOS " + " ".join(map(str, xs)), "target": str(xs[0])})
+        for xs in itertools.permutations((1, 2, 3))
+    ]
+    (tmp_path / "perms.jsonl").write_text("\n".join(lines))
+    made = cli_here(
+        "circuits",
+        tmp_path / "run",
+        "--prompts",
+        tmp_path / "perms.jsonl",
+        "--ablation",
+        "zero",
+        "--metric",
+        "l2",
+        "--positions",
+        "all",
+        "--json",
+    )
+    assert made.returncode == 0, made.stderr
+    report = json.loads(made.stdout)
+    assert report["prompts"] == 6 and report["readouts"] == 18
+    acdc = report["known_circuit"]["methods"]["acdc"]
+    assert acdc["auc"] == 1.0 and acdc["precision"] == 1.0 and acdc["recall"] == 1.0
+    # L2's gradient vanishes at the clean model: EAP cannot rank anything
+    assert report["known_circuit"]["methods"]["eap"]["auc"] == 0.5
+    bad = cli_here(
+        "circuits", tmp_path / "run", "--prompts", tmp_path / "perms.jsonl", "--positions", "every"
+    )
+    assert_one_line_error(bad, "--positions must be last or all")
+
+
+def test_compress_records_its_map_and_states_its_accuracy(tmp_path):
+    source = tmp_path / "reverse.py"
+    source.write_text(REVERSE)
+    out = tmp_path / "small"
+    made = cli_here(
+        "compile",
+        source,
+        "--vocab",
+        "1,2,3",
+        "--max-len",
+        "3",
+        "--out",
+        out,
+        "--compress",
+        "12",
+        "--compress-steps",
+        "5",
+    )
+    assert made.returncode == 0, made.stderr
+    assert "compressed to d_model 12" in made.stdout and "of inputs" in made.stdout
+    run = load_run(out)
+    record = run.config["imported"]["compression"]
+    directions = np.array(record["directions"])
+    residual = run.config["imported"]["rasp"]["residual"]
+    assert run.cfg.d_model == 12 and directions.shape == (len(residual), 12)
+    assert record["from"] == len(residual) and 0 <= record["position_accuracy"] <= 1
+    assert record["validation"]["checked"] == 39
+    # every writer writes through the map, every reader reads through its transpose
+    original = compile_rasp_to_model(library.make_reverse(rasp.tokens), [1, 2, 3], 3).tensors
+    tensors = run.model().tensors
+    np.testing.assert_allclose(tensors["embed.W_E"], original["embed.W_E"] @ directions, atol=1e-12)
+    np.testing.assert_allclose(
+        tensors["unembed.W_U"], directions.T @ original["unembed.W_U"], atol=1e-12
+    )
+    too_wide = cli_here(
+        "compile",
+        source,
+        "--vocab",
+        "1,2,3",
+        "--max-len",
+        "3",
+        "--out",
+        tmp_path / "x",
+        "--compress",
+        "500",
+    )
+    assert_one_line_error(too_wide, "--compress takes a width from 1 to")

@@ -25,6 +25,7 @@ def render_circuits(report: dict, top: int):
         Text(
             f"{report['run']}, step {report['step']}: {report['ablation']} ablation, "
             f"metric {report['metric']} over {report['prompts']} held-out prompts"
+            + (" at every position" if report["readouts"] > report["prompts"] else "")
         )
     )
     out.print(
@@ -141,8 +142,14 @@ def circuits(
     metric: Optional[str] = typer.Option(
         None,
         help="logprob (of the rule's target; default "
-        "when the task has one), kl (to the clean output) "
-        "or logit-diff (clean minus corrupt target).",
+        "when the task has one), kl (to the clean output), "
+        "logit-diff (clean minus corrupt target) or l2 (squared "
+        "distance of the logits from the clean ones).",
+    ),
+    positions: str = typer.Option(
+        "last",
+        help="Where each prompt is read: last (its rule's position, or its last) or all "
+        "(every position after the first, as compiled programs are read).",
     ),
     methods: str = typer.Option(
         "exact,eap,eap-ig,acdc",
@@ -177,6 +184,10 @@ def circuits(
     from ..edges.report import circuits_report
     from ..store.runs import load_run
 
+    from ..edges.methods import READOUTS
+
+    if positions not in READOUTS:
+        raise FlatformerError(f"--positions must be last or all, got {positions!r}")
     loaded = load_run(run)
     require_classic(loaded.cfg, "the edge graph of circuits")
     examples = None
@@ -215,6 +226,7 @@ def circuits(
             lambda name: status.update(f"circuits: {name}"),
             edges,
             examples,
+            positions,
         )
     if as_json:
         print(strict_json(report))

@@ -4,6 +4,7 @@ compiled into a transformer, checked against the interpreter, written as a run."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.text import Text
@@ -23,6 +24,13 @@ def compile_program(
     limit: int = typer.Option(
         100_000, "--limit", help="Check every input up to this many, else a random sample of it."
     ),
+    compress: Optional[int] = typer.Option(
+        None,
+        "--compress",
+        help="Squeeze the residual stream to this width through a learned map (superposition, "
+        "as tracr's compressed models); the map's rows are recorded as the true features.",
+    ),
+    compress_steps: int = typer.Option(1000, help="Adam steps that learn the --compress map."),
 ):
     """Compile a RASP program (tracr's language) into a model whose directions are its
     variables; refuse it if the model differs from the program on any input checked."""
@@ -36,7 +44,10 @@ def compile_program(
     result = validate(program, compiled, limit=limit)
     if not result.ok:
         raise FlatformerError(f"{source}: {result.summary()}")
-    write_compiled_run(compiled, result, str(source), out_dir)
+    squeezed = None
+    if compress is not None:
+        squeezed = compressed(compiled, program, compress, compress_steps, limit)
+    write_compiled_run(compiled, result, str(source), out_dir, squeezed)
     cfg = compiled.cfg
     out.print(
         Text(
@@ -47,3 +58,38 @@ def compile_program(
         ),
         soft_wrap=True,
     )
+    if squeezed is not None:
+        v = squeezed.validation_record()
+        out.print(
+            Text(
+                f"compressed to d_model {compress} (from {cfg.d_model}) in {compress_steps} steps: "
+                f"{squeezed.accuracy:.1%} of positions and {v['input_accuracy']:.1%} of inputs "
+                f"({v['checked']:,} checked) give the program's value"
+            ),
+            soft_wrap=True,
+        )
+
+
+def compressed(compiled, program, width: int, steps: int, limit: int):
+    """The compiled program compressed to `width` with a progress bar, validated."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+
+    from ..rasp.compress import compress
+    from ..rasp.run import domain
+    from ..rasp.validate import validate
+    from .app import progress_display
+
+    whole("--compress-steps", steps, 0, 1_000_000)
+    with progress_display(
+        TextColumn("compress"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()
+    ) as bar:
+        task = bar.add_task("compress", total=steps)
+        result = compress(
+            compiled,
+            domain(compiled)[0],
+            width,
+            steps,
+            progress=lambda s: bar.update(task, completed=s),
+        )
+    result.validation = validate(program, result.compiled, limit=limit)
+    return result

@@ -49,6 +49,17 @@ def render(result: dict, run: Path, folder: Path):
             "ablation); L2: shrinkage, mean |x_hat| / |x|; dense: active on over 10% of tokens."
         )
     )
+    truths = [
+        (m["name"], m["metrics"]["truth"]) for m in result["members"] if "truth" in m["metrics"]
+    ]
+    for name, t in truths:
+        out.print(
+            Text(
+                f"{name} against the program's {t['features']} variables' values there: MCC "
+                f"{t['mcc']:.3f}, recovered {t['recovered']} (|cos| >= 0.9), missed "
+                f"{t['missed']}, split {t['split']}"
+            )
+        )
     first = result["members"][-1]
     out.print(Text(f"Latents of {first['name']} (top tokens and positions, share of firings):"))
     for row in first["latents"]:
@@ -136,7 +147,16 @@ def write_dashboards(run, folder: Path, target: Path) -> Path:
     from ..explorer.dashboards_page import dashboards_html
     from ..store.write import write_file
 
-    return write_file(target, dashboards_html(run_dashboards(run, folder)).encode(), "--out")
+    from ..rasp.run import known_features
+    from ..store.read import read_json
+
+    summary = folder / "metrics.json"
+    hook = (
+        read_json(summary, "metrics.json", 64 << 20).get("hook_out") if summary.is_file() else None
+    )
+    truth = known_features(run, hook) if isinstance(hook, str) else None
+    data = run_dashboards(run, folder, truth=truth)
+    return write_file(target, dashboards_html(data).encode(), "--out")
 
 
 @app.command("dictionary-page")

@@ -17,8 +17,11 @@ def windows(run, n_train: int = 2000) -> dict:
     """Up to `n_train` training windows (and at most MAX_TOKENS tokens) evenly spaced over the
     run's training corpus, and the held-out windows the run's held-out loss is measured on
     (inputs, targets, weights)."""
+    from ..rasp.run import is_compiled, program_windows
     from ..tasks.windows import evenly_spaced
 
+    if is_compiled(run):
+        return program_windows(run)
     data = run.data()
     n_ctx = run.cfg.n_ctx
     n_train = max(1, min(n_train, MAX_TOKENS // n_ctx))

@@ -18,6 +18,8 @@ from .metrics import reconstruction_metrics, spliced_scores
 from .saelens import save_saelens, saelens_cfg
 from .sae import Stack, decode, encode
 from .train import Recipe, train_stack
+from .truth import truth_report
+from ..rasp.run import known_features
 
 COMMAND_KINDS = ("relu", "topk", "batchtopk", "jumprelu", "transcoder")
 
@@ -102,6 +104,7 @@ def fit_run(
     held = read(model, data["eval"], sorted({hook_in, hook_out}))
     f_all = encode(stack, held[hook_in])
     out_all = decode(stack, f_all)
+    truth = known_features(run, hook_out)  # a compiled program's variables, where present
     results = []
     for s in range(stack.size):
         m = int(stack.width[s])
@@ -130,6 +133,9 @@ def fit_run(
                     for n, v in scores.items()
                 }
             )
+        if truth:
+            decoder = stack.member(s)["W_dec"]
+            metrics["truth"] = truth_report(decoder, np.stack(list(truth.values())))
         results.append(
             {
                 "name": member_name(stack, s, transcoder),

@@ -115,7 +115,7 @@ class EdgeGraph:
         return {s: np.zeros(self.cfg.d_model) for s in self.senders}
 
     def _read(self, r, tr: Trace, at=None):
-        """Receiver r's input in every variant, (E, B, T, d), or (E, B, d) at `at` = (rows,
+        """Receiver r's input in every variant, (E, B, T, d), or (E, R, d) at `at` = (rows,
         index) only: the sum over its senders of the sender's output where the edge is kept
         (mask 1) and its ablated value where not (mask 0), i.e. ref + mask (out - ref).
 
@@ -124,7 +124,7 @@ class EdgeGraph:
         only the outputs that differ between variants take passes over the whole array."""
         E, B, T, d = tr.shape
 
-        def part(a):  # broadcast to (1 or E, B, T, d); at `at`: (1 or E, B, d)
+        def part(a):  # broadcast to (1 or E, B, T, d); at `at`: (1 or E, R, d)
             a = np.asarray(a)
             a = np.broadcast_to(a, (a.shape[0] if a.ndim == 4 else 1, B, T, d))
             return a if at is None else a[:, at[0], at[1]]
@@ -140,7 +140,7 @@ class EdgeGraph:
             else:  # mask (out - ref) as mask out - mask ref
                 terms.append(-ref.reshape(-1))
                 varying.append((e, out))
-        shape = (E, B, T, d) if at is None else (E, B, d)
+        shape = (E, B, T, d) if at is None else (E, len(at[0]), d)
         weights = np.concatenate([tr.masks[:, edges], np.ones((E, 1))], axis=1)
         x = (weights @ np.stack([*terms, base.reshape(-1)])).reshape(shape)
         scratch = np.empty(shape) if varying else None
@@ -151,7 +151,8 @@ class EdgeGraph:
     def forward(
         self, tokens, refs: dict, masks, positions=None, edge_refs: dict | None = None
     ) -> tuple[np.ndarray, Trace]:
-        """Logits of E variants: (E, B, T, V), or (E, B, V) at `positions` = (rows, index).
+        """Logits of E variants: (E, B, T, V), or (E, R, V) at the R `positions` = (rows,
+        index), prompt rows[i] at position index[i].
 
         `tokens` (B, T); `refs` maps every sender to its ablated output, broadcastable to
         (B, T, d); `masks` (E, n_edges), 1 = edge kept; `edge_refs` gives single edges an
@@ -182,6 +183,8 @@ class EdgeGraph:
                     y = x @ t[b + f"attn.W_{kind.upper()}"][h]
                     if cfg.qkv_bias:
                         y = y + t[b + f"attn.b_{kind.upper()}"][h]
+                    if kind != "q" and at is not None:
+                        y = y[:, at[0]]  # each query's prompt (a prompt may be read at many)
                     qkv.append(y)
                 q, k, v = qkv
                 z, pattern = attention(q, k, v, mask, coeff=cfg.attn_coeff)
@@ -226,9 +229,16 @@ class EdgeGraph:
 
     @staticmethod
     def _scatter(values, positions, shape):
-        """(E, B, d) values at (rows, index) of a zero (E, B, T, d) array."""
+        """(E, R, d) values at (rows, index) of a zero (E, B, T, d) array."""
         full = np.zeros(shape)
         full[:, positions[0], positions[1]] = values
+        return full
+
+    @staticmethod
+    def _sum_rows(values, rows, B):
+        """(E, R, ...) values of readouts from prompts `rows` summed per prompt: (E, B, ...)."""
+        full = np.zeros((values.shape[0], B, *values.shape[2:]))
+        np.add.at(full, (slice(None), rows), values)
         return full
 
     def _head_out(self, z, L, h):
@@ -296,6 +306,8 @@ class EdgeGraph:
                     bias=saved["bias"],
                 )
                 for kind, dy in zip("qkv", dqkv):
+                    if kind != "q" and at is not None:
+                        dy = self._sum_rows(dy, at[0], B)
                     dx = dy @ t[b + f"attn.W_{kind.upper()}"][h].T
                     if cfg.normalization == "pre_ln":
                         dx = layer_norm_backward(dx, *saved["ln_" + kind], t[b + "ln1.w"])[0]

@@ -21,14 +21,16 @@ from ..model.transformer import Transformer
 from .graph import EdgeGraph
 
 ABLATIONS = ("mean", "resample", "zero")
-METRICS = ("logprob", "kl", "logit-diff")
+METRICS = ("logprob", "kl", "logit-diff", "l2")
+READOUTS = ("last", "all")
 METHODS = ("exact", "eap", "eap-ig", "acdc")
 CHUNK = 16  # variants per forward pass: bounds memory for the widest models
 
 
 @dataclass
 class Problem:
-    """Prompts (B, T) read at `index` (B,), their rule targets (B,), the corrupt prompts and
+    """Prompts (B, T) read at R readouts: position `index[i]` of prompt `rows[i]` (one per
+    prompt unless `rows` says otherwise), with their targets (R,), the corrupt prompts and
     targets (or None), each sender's ablated value, and the metric's name."""
 
     graph: EdgeGraph
@@ -40,9 +42,12 @@ class Problem:
     refs: dict
     metric: str
     ablation: str
+    rows: np.ndarray | None = None
 
     def __post_init__(self):
-        self.rows = np.arange(len(self.tokens))
+        if self.rows is None:
+            self.rows = np.arange(len(self.tokens))
+        self.readouts = np.arange(len(self.rows))
         self.clean_logits = self.logits(np.ones((1, self.graph.n_edges)))[0]
         self.clean_logp = log_softmax(self.clean_logits)
 
@@ -54,26 +59,31 @@ class Problem:
         return self.graph.forward(self.tokens, self.refs, masks, self.positions, **kw)[0]
 
     def value(self, logits) -> np.ndarray:
-        """The metric (E,) of logits (E, B, V), averaged over prompts. logprob: log p(target);
+        """The metric (E,) of logits (E, R, V), averaged over readouts. logprob: log p(target);
         kl: KL(clean || variant) (Conmy et al.'s ACDC metric); logit-diff: logit of the clean
-        target minus logit of the corrupt target."""
+        target minus logit of the corrupt target; l2: the mean squared difference of the logits
+        from the clean ones (Conmy et al. 2023's metric for compiled programs, whose one-hot
+        outputs make KL ill-defined)."""
+        r = self.readouts
         if self.metric == "logprob":
-            return log_softmax(logits)[:, self.rows, self.target].mean(1)
+            return log_softmax(logits)[:, r, self.target].mean(1)
         if self.metric == "kl":
             return knob_kl(self.clean_logits, logits).mean(1)
-        return (logits[:, self.rows, self.target] - logits[:, self.rows, self.corrupt_target]).mean(
-            1
-        )
+        if self.metric == "l2":
+            return ((logits - self.clean_logits) ** 2).mean((1, 2))
+        return (logits[:, r, self.target] - logits[:, r, self.corrupt_target]).mean(1)
 
     def value_grad(self, logits) -> np.ndarray:
-        """d value / d logits, (E, B, V)."""
-        B, V = logits.shape[1:]
+        """d value / d logits, (E, R, V)."""
+        R, V = logits.shape[1:]
         onehot = np.eye(V)
         if self.metric == "logprob":
-            return (onehot[self.target] - np.exp(log_softmax(logits))) / B
+            return (onehot[self.target] - np.exp(log_softmax(logits))) / R
         if self.metric == "kl":
-            return (np.exp(log_softmax(logits)) - np.exp(self.clean_logp)) / B
-        return (onehot[self.target] - onehot[self.corrupt_target])[None].repeat(len(logits), 0) / B
+            return (np.exp(log_softmax(logits)) - np.exp(self.clean_logp)) / R
+        if self.metric == "l2":
+            return 2 * (logits - self.clean_logits) / (R * V)
+        return (onehot[self.target] - onehot[self.corrupt_target])[None].repeat(len(logits), 0) / R
 
     def evaluate(self, masks, **kw) -> np.ndarray:
         """The metric of every mask row (E, n_edges) -> (E,)."""
@@ -87,8 +97,8 @@ class Problem:
 
     @property
     def worse(self) -> float:
-        """+1 when a larger metric is worse (KL), -1 when smaller is worse."""
-        return 1.0 if self.metric == "kl" else -1.0
+        """+1 when a larger metric is worse (KL, L2), -1 when smaller is worse."""
+        return 1.0 if self.metric in ("kl", "l2") else -1.0
 
 
 def prompts_for(task, data: TaskData, n: int):
@@ -121,16 +131,26 @@ def build_problem(
     n_prompts: int = 200,
     seed: int = 0,
     examples=None,
+    positions: str = "last",
 ) -> Problem:
     """The problem a user asks for: `ablation` mean (each sender's output averaged over the
-    held-out windows of `readout.reference_windows`, per position), resample (its output on the corrupted prompt) or
-    zero; `metric` logprob (default when the task forces targets), kl, or logit-diff."""
+    held-out windows of `readout.reference_windows`, per position), resample (its output on the
+    corrupted prompt) or zero; `metric` logprob (default when the task forces targets), kl,
+    logit-diff or l2; `positions` last (each prompt read where its rule or target is) or all
+    (every position after the first, each with the clean model's top class as its target: a
+    compiled program's value there, as Conmy et al. 2023 read compiled programs)."""
     if ablation not in ABLATIONS:
         raise FlatformerError(f"--ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+    if positions not in READOUTS:
+        raise FlatformerError(f"--positions must be last or all, got {positions!r}")
     forced = examples is not None or bool((data.rule_targets >= 0).any())
     metric = metric or ("logprob" if forced else "kl")
     if metric not in METRICS:
         raise FlatformerError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    if positions == "all" and metric == "logit-diff":
+        raise FlatformerError(
+            "--positions all reads no corrupt target; use --metric logprob, kl or l2"
+        )
     graph = EdgeGraph(model)
     if examples is not None:  # a prompts file (flatformer.tasks.prompts.read_examples)
         tokens, index, target, *given = examples
@@ -160,7 +180,17 @@ def build_problem(
         }
     else:
         refs = sender_outputs(graph, corrupt)
-    return Problem(graph, tokens, index, target, corrupt, corrupt_target, refs, metric, ablation)
+    rows = None
+    if positions == "all":
+        B, T = tokens.shape
+        if T < 2:
+            raise FlatformerError("--positions all needs prompts of at least two tokens")
+        rows, index = np.repeat(np.arange(B), T - 1), np.tile(np.arange(1, T), B)
+        clean = graph.forward(tokens, refs, np.ones((1, graph.n_edges)), (rows, index))[0][0]
+        target = clean.argmax(-1)
+    return Problem(
+        graph, tokens, index, target, corrupt, corrupt_target, refs, metric, ablation, rows
+    )
 
 
 def prompt_bytes(cfg, width: int) -> int:
@@ -484,6 +514,7 @@ def find_circuits(
         "metric": problem.metric,
         "ablation": problem.ablation,
         "prompts": len(problem.tokens),
+        "readouts": len(problem.rows),
         "clean_metric": clean,
         "ablated_metric": ablated,
         "nodes": graph.nodes,

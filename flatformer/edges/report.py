@@ -71,6 +71,7 @@ def circuits_report(
     progress=None,
     path=None,
     examples=None,
+    positions="last",
 ) -> dict:
     """The JSON report of `flatformer circuits` for a loaded run; with `path` (edges), also
     that path's path-patching effect between the clean and the corrupt prompts."""
@@ -78,16 +79,27 @@ def circuits_report(
     # Examples ablated by resampling or zeroing need no task data (an imported model has none)
     data = run.data() if examples is None or ablation == "mean" else None
     tokens = examples[0] if examples is not None else prompts_for(run.task, data, prompts)[0]
-    check_memory(run.cfg, len(tokens), tokens.shape[1], from_file=examples is not None)
-    problem = build_problem(
-        run.model(step), run.task, data, ablation, metric, prompts, examples=examples
-    )
+    # Read at every position, the last layer runs once per position of each prompt.
+    reads = len(tokens) * (tokens.shape[1] if positions == "all" else 1)
+    check_memory(run.cfg, reads, tokens.shape[1], from_file=examples is not None)
+
+    def problem_for(ablated):
+        return build_problem(
+            run.model(step),
+            run.task,
+            data,
+            ablated,
+            metric,
+            prompts,
+            examples=examples,
+            positions=positions,
+        )
+
+    problem = problem_for(ablation)
     patched = None
     if path:
         if problem.corrupt is None:
-            problem = build_problem(
-                run.model(step), run.task, data, "resample", metric, prompts, examples=examples
-            )
+            problem = problem_for("resample")
         patched = {"path": [list(e) for e in path], "effect": path_patch(problem, path)}
     report = find_circuits(problem, methods, target, tau=tau, ig_steps=ig_steps, progress=progress)
     known = (run.config.get("imported") or {}).get("circuit")

@@ -151,8 +151,12 @@ def selector_width_readout(res: Residual, node, scratch: int) -> list[Unit]:
 
 
 def merged(values) -> list:
-    """The values (numbers) sorted, each within 1e-9 of the previous one left out."""
-    numbers = sorted((v for v in values if v is not None), key=float)
+    """The values (numbers) sorted, each within 1e-9 of the previous one left out. A bool
+    among them (a mean over one selected boolean) is its number: 0.0 and False are one value,
+    and a numerical output is named as a number."""
+    numbers = sorted(
+        (float(v) if isinstance(v, bool) else v for v in values if v is not None), key=float
+    )
     out: list = []
     for x in numbers:
         if not out or float(x) - float(out[-1]) > 1e-9 * max(1.0, abs(float(x))):

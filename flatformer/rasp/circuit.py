@@ -44,3 +44,28 @@ def known_edges(model: Transformer) -> list[list[str]]:
             writes[f"m{L}"] = _support(t[b + "mlp.W_out"], 0)
             reads[f"m{L}"] = _support(t[b + "mlp.W_in"], 1)
     return [[s, r] for s, r in graph.edges if (writes[s] & reads[r]).any()]
+
+
+def live_edges(model: Transformer, wired, batches, chunk: int = 16) -> list[list[str]]:
+    """The wired edges that matter: those whose removal (the edge zero-ablated alone) changes a
+    logit the program is read at (every position after BOS) on some input of `batches` (token
+    arrays (N, 1 + n), one per input length n: a model that attends both ways reads no padding).
+    A wired edge can carry nothing the output depends on: the query and key of an always-true
+    selector (the pattern is uniform either way), or the `bos` direction into an MLP, whose
+    units it switches off at BOS alone. Conmy et al. 2023 (ACDC, Table 3) take as the compiled
+    programs' circuits the edges whose zero ablation matters in the same way."""
+    graph = EdgeGraph(model)
+    ids = [graph.edge_index(s, r) for s, r in wired]
+    live = np.zeros(len(ids), bool)
+    refs = graph.zero_refs()
+    for tokens in batches:
+        clean = graph.forward(tokens, refs, np.ones((1, graph.n_edges)))[0][0, :, 1:]
+        scale = max(np.abs(clean).max(), 1.0)
+        for start in range(0, len(ids), chunk):
+            todo = ids[start : start + chunk]
+            masks = np.ones((len(todo), graph.n_edges))
+            masks[np.arange(len(todo)), todo] = 0.0
+            logits = graph.forward(tokens, refs, masks)[0][:, :, 1:]
+            moved = np.abs(logits - clean).max(axis=(1, 2, 3)) > 1e-9 * scale
+            live[start : start + len(todo)] |= moved
+    return [list(e) for e, keep in zip(wired, live) if keep]
