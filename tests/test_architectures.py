@@ -386,7 +386,7 @@ def test_config_refuses_what_it_cannot_compute(bad, message):
         ModelConfig(**{**BASE, **bad})
 
 
-@pytest.mark.parametrize("what", ["page", "edges", "landscape", "tlens"])
+@pytest.mark.parametrize("what", ["page", "landscape", "tlens"])
 def test_parts_that_compute_the_classic_block_only_refuse_in_one_line(what):
     cfg = ModelConfig(**{**BASE, **ARCHITECTURES["llama"]})
     params, _, _, _ = random_batch(cfg, S=1)
@@ -396,10 +396,6 @@ def test_parts_that_compute_the_classic_block_only_refuse_in_one_line(what):
             from flatformer.explorer.export import export_model
 
             export_model(model, [str(i) for i in range(cfg.d_vocab)])
-        elif what == "edges":
-            from flatformer.edges.graph import EdgeGraph
-
-            EdgeGraph(model)
         elif what == "landscape":
             from flatformer.readout.landscape import output_logits
 
