@@ -5,10 +5,10 @@
 
 const FlatEdges = (() => {
   const FM = typeof FlatModel !== "undefined" ? FlatModel : require("./model.js");
-  const {attnOnly, zeros, vecMat, attendHead, project, attnInput, mlp, unembed, checkTokens} = FM;
+  const {attnOnly, rotary, zeros, vecMat, attendHead, project, turn, attnInput, mlp, unembed, checkTokens} = FM;
 
   function edgeGraph(cfg) {
-    let senders = ["tok", "pos"];
+    let senders = rotary(cfg) ? ["tok"] : ["tok", "pos"];  // rotary positions turn q and k instead
     const receivers = [], edges = [];
     for (let l = 0; l < cfg.n_layers; l++) {
       const heads = Array.from({length: cfg.n_heads}, (_, h) => `a${l}.${h}`);
@@ -41,11 +41,12 @@ const FlatEdges = (() => {
     checkTokens(cfg, tokens);
     const g = edgeGraph(cfg), T = tokens.length, d = cfg.d_model, dh = cfg.d_head;
     const coeff = cfg.attn_coeff === undefined ? 1 : cfg.attn_coeff;  // Zhong et al.'s rate
-    const WE = w["embed.W_E"].data, WP = w["pos_embed.W_pos"].data;
-    const outs = {
-      tok: tokens.map((t) => Array.from(WE.subarray(t * d, t * d + d))),
-      pos: tokens.map((_, i) => Array.from(WP.subarray(i * d, i * d + d))),
-    };
+    const WE = w["embed.W_E"].data;
+    const outs = {tok: tokens.map((t) => Array.from(WE.subarray(t * d, t * d + d)))};
+    if (g.senders.includes("pos")) {
+      const WP = w["pos_embed.W_pos"].data;
+      outs.pos = tokens.map((_, i) => Array.from(WP.subarray(i * d, i * d + d)));
+    }
     // The attention output biases b_O of every layer before a receiver's node are on the
     // stream it reads (graph.py's bias_before): no edge carries them, so none ablates them.
     const biasBefore = (r) => {
@@ -73,7 +74,8 @@ const FlatEdges = (() => {
         const head = `a${l}.${h}`, qkv = {};
         for (const which of "QKV") {
           qkv[which] = read(`${head}.${which.toLowerCase()}`)
-            .map((x) => project(model, l, which, attnInput(model, l, x), h));
+            .map((x) => project(model, l, which, attnInput(model, l, x), h))
+            .map((y, i) => (which === "V" ? y : turn(cfg, y, i)));
         }
         // model.js's attention on this head alone ([T][1][dh] flat), its inputs read apart
         const [q, k, v] = ["Q", "K", "V"].map((x) => Float64Array.from(qkv[x].flat()));

@@ -22,7 +22,8 @@ const FlatMeasures = (() => {
   // argmax token and entropy (nats) per cell, row 0 at the top (y1). model.js's pieces on
   // arrays allocated once: it runs on every checkpoint change.
   function outputGrid(model, plane, bounds, G, mlpOn = true) {
-    if (attnOnly(model.cfg) || model.cfg.ln_final) return outputGridPlain(model, plane, bounds, G, mlpOn);
+    const cfg0 = model.cfg;
+    if (attnOnly(cfg0) || cfg0.ln_final || FM.rms(cfg0) || FM.gated(cfg0)) return outputGridPlain(model, plane, bounds, G, mlpOn);
     const {cfg, w} = model, d = cfg.d_model, m = cfg.d_mlp, V = vocabOut(cfg);
     const l = cfg.n_layers - 1, b = `blocks.${l}.`, ln = cfg.normalization === "pre_ln";
     const Win = w[b + "mlp.W_in"].data, bin = w[b + "mlp.b_in"].data;
@@ -59,7 +60,7 @@ const FlatMeasures = (() => {
   }
 
   // outputGrid through `outputMap`, for the models its unrolled loop does not cover (no MLP,
-  // or a final LayerNorm).
+  // a final norm, RMSNorm or a gated MLP).
   function outputGridPlain(model, plane, bounds, G, mlpOn) {
     const argmax = new Int32Array(G * G), ent = new Float64Array(G * G);
     for (let r = 0; r < G; r++) {

@@ -31,6 +31,13 @@ const FlatModel = (() => {
   }
   // d_mlp = 0: attention-only blocks (no MLP, no ln2, no hook_resid_mid), as in model.py.
   const attnOnly = (cfg) => cfg.d_mlp === 0;
+  // The newer architectures' fields, absent from a config at their defaults (config.py's
+  // LATER_DEFAULTS): RMSNorm, rotary positions (q and k turned, no W_pos), gated MLPs.
+  const preNorm = (cfg) => cfg.normalization === "pre_ln" || cfg.normalization === "pre_rms";
+  const rms = (cfg) => cfg.normalization === "pre_rms";
+  const rotary = (cfg) => cfg.positional_embedding_type === "rotary";
+  const gated = (cfg) => !!cfg.gated_mlp;
+  const epsOf = (cfg) => (cfg.eps === undefined ? constants().LN_EPS : cfg.eps);
   // The number of logits: d_vocab_out (imported models) or d_vocab, as config.py's vocab_out.
   const vocabOut = (cfg) => cfg.d_vocab_out || cfg.d_vocab;
 
@@ -57,20 +64,23 @@ const FlatModel = (() => {
   function paramShapes(cfg) {
     const d = cfg.d_model, h = cfg.n_heads, dh = cfg.d_head, m = cfg.d_mlp, v = cfg.d_vocab;
     const vOut = vocabOut(cfg);
-    const shapes = [["embed.W_E", [v, d]], ["pos_embed.W_pos", [cfg.n_ctx, d]]];
+    const shapes = [["embed.W_E", [v, d]]];
+    if (!rotary(cfg)) shapes.push(["pos_embed.W_pos", [cfg.n_ctx, d]]);
+    const norm = (name) => shapes.push(...(rms(cfg) ? [[name + ".w", [d]]] : [[name + ".w", [d]], [name + ".b", [d]]]));
     for (let l = 0; l < cfg.n_layers; l++) {
       const b = `blocks.${l}.`;
-      if (cfg.normalization === "pre_ln") shapes.push([b + "ln1.w", [d]], [b + "ln1.b", [d]]);
+      if (preNorm(cfg)) norm(b + "ln1");
       for (const x of "QKV") shapes.push([b + `attn.W_${x}`, [h, d, dh]]);
       if (cfg.qkv_bias) for (const x of "QKV") shapes.push([b + `attn.b_${x}`, [h, dh]]);
       if (cfg.attn_out) shapes.push([b + "attn.W_O", [h, dh, d]]);
       if (cfg.attn_out_bias) shapes.push([b + "attn.b_O", [d]]);
       if (attnOnly(cfg)) continue;
-      if (cfg.normalization === "pre_ln") shapes.push([b + "ln2.w", [d]], [b + "ln2.b", [d]]);
+      if (preNorm(cfg)) norm(b + "ln2");
+      if (gated(cfg)) shapes.push([b + "mlp.W_gate", [d, m]]);
       shapes.push([b + "mlp.W_in", [d, m]], [b + "mlp.b_in", [m]],
                   [b + "mlp.W_out", [m, d]], [b + "mlp.b_out", [d]]);
     }
-    if (cfg.ln_final) shapes.push(["ln_final.w", [d]], ["ln_final.b", [d]]);
+    if (cfg.ln_final) norm("ln_final");
     shapes.push(["unembed.W_U", [d, vOut]]);
     if (cfg.unembed_bias) shapes.push(["unembed.b_U", [vOut]]);
     return shapes;
@@ -112,6 +122,34 @@ const FlatModel = (() => {
     return scale;
   }
 
+  // RMSNorm of the row x[xo, xo + d): x_hat = x / scale into xhat, x_hat w into out; returns
+  // scale = sqrt(mean x^2 + eps), TransformerLens's hook_scale.
+  function rmsRow(x, xo, d, w, wo, xhat, out, eps) {
+    let v = 0;
+    for (let c = 0; c < d; c++) v += x[xo + c] * x[xo + c];
+    const scale = Math.sqrt(v / d + eps);
+    for (let c = 0; c < d; c++) {
+      xhat[xo + c] = x[xo + c] / scale;
+      out[xo + c] = xhat[xo + c] * w[wo + c];
+    }
+    return scale;
+  }
+
+  // Rotary positions (RoPE, Su et al. 2021) on the first r dims of each head's row
+  // x[xo, xo + dh) at position t, into out: pair i turned by t / base^(2i / r). The pairs are
+  // the two halves (i, i + r / 2) or, adjacent, neighbours (2i, 2i + 1); dims past r pass.
+  function rotaryRow(x, xo, dh, t, r, base, adjacent, out, oo) {
+    const half = r / 2;
+    for (let i = 0; i < half; i++) {
+      const angle = t / Math.pow(base, (2 * i) / r), c = Math.cos(angle), s = Math.sin(angle);
+      const a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+      const xa = x[xo + a], xb = x[xo + b];
+      out[oo + a] = xa * c - xb * s;
+      out[oo + b] = xb * c + xa * s;
+    }
+    for (let e = r; e < dh; e++) out[oo + e] = x[xo + e];
+  }
+
   // The row x[xo, xo + rows) through the [rows, cols] matrix stored row-major at W[Wo..], plus
   // the bias b[bo..] (none when bo < 0), into out[oo, oo + cols).
   function linearRow(x, xo, rows, W, Wo, cols, b, bo, out, oo) {
@@ -130,6 +168,10 @@ const FlatModel = (() => {
   // GELU x (1 + erf(x / sqrt 2)) / 2 (imported models).
   function act(cfg, x) {
     if (cfg.act_fn === "relu") return x > 0 ? x : 0;
+    if (cfg.act_fn === "silu") {                   // x sigmoid(x), as exp(-log(1 + e^-x))
+      const softplus = x >= 0 ? Math.log1p(Math.exp(-x)) : -x + Math.log1p(Math.exp(x));
+      return x * Math.exp(-softplus);
+    }
     if (cfg.act_fn === "gelu_erf") return 0.5 * x * (1 + erf(x / Math.SQRT2));
     return 0.5 * x * (1 + geluTanh(x, constants().GELU_C));
   }
@@ -197,7 +239,7 @@ const FlatModel = (() => {
       lnfb: of("ln_final.b"), WU: of("unembed.W_U"), bU: of("unembed.b_U"),
       L: Array.from({length: cfg.n_layers}, (_, l) => {
         const b = (n) => of(`blocks.${l}.${n}`);
-        return {ln1w: b("ln1.w"), ln1b: b("ln1.b"), ln2w: b("ln2.w"), ln2b: b("ln2.b"),
+        return {ln1w: b("ln1.w"), ln1b: b("ln1.b"), ln2w: b("ln2.w"), ln2b: b("ln2.b"), Wgate: b("mlp.W_gate"),
           W: ["W_Q", "W_K", "W_V"].map((n) => b("attn." + n)), B: ["b_Q", "b_K", "b_V"].map((n) => b("attn." + n)),
           WO: b("attn.W_O"), bO: b("attn.b_O"), Win: b("mlp.W_in"), bin: b("mlp.b_in"),
           Wout: b("mlp.W_out"), bout: b("mlp.b_out")};
@@ -219,7 +261,7 @@ const FlatModel = (() => {
     const byT = workspaces.get(cfg);
     if (byT.has(T)) return (last = byT.get(T));
     const d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, m = cfg.d_mlp, V = vocabOut(cfg);
-    const ln = cfg.normalization === "pre_ln";
+    const ln = preNorm(cfg);
     const hooks = [];
     const array = (name, dims) => {
       const a = new Float64Array(size(dims));
@@ -228,7 +270,8 @@ const FlatModel = (() => {
     };
     const norm = (b) => ({scale: array(b + "hook_scale", [T, 1]), normalized: array(b + "hook_normalized", [T, d]),
       xhat: array(null, [T, d])});
-    const ws = {cfg, T, tokens: null, embed: array("hook_embed", [T, d]), pos: array("hook_pos_embed", [T, d]), layers: []};
+    const ws = {cfg, T, tokens: null, embed: array("hook_embed", [T, d]), layers: []};
+    ws.pos = rotary(cfg) ? null : array("hook_pos_embed", [T, d]);
     let resid = array(null, [T, d]);
     for (let l = 0; l < cfg.n_layers; l++) {
       const b = `blocks.${l}.`, L = {};
@@ -237,6 +280,8 @@ const FlatModel = (() => {
       L.ln1 = ln ? norm(b + "ln1.") : null;
       L.attnIn = ln ? L.ln1.normalized : resid;
       for (const x of "qkv") L[x] = array(b + `attn.hook_${x}`, [T, H, dh]);
+      L.rot_q = rotary(cfg) ? array(b + "attn.hook_rot_q", [T, H, dh]) : null;
+      L.rot_k = rotary(cfg) ? array(b + "attn.hook_rot_k", [T, H, dh]) : null;
       L.attn_scores = array(b + "attn.hook_attn_scores", [H, T, T]).fill(-Infinity);
       L.pattern = array(b + "attn.hook_pattern", [H, T, T]);
       L.z = array(b + "attn.hook_z", [T, H, dh]);
@@ -246,6 +291,7 @@ const FlatModel = (() => {
         L.ln2 = ln ? norm(b + "ln2.") : null;
         L.mlpIn = ln ? L.ln2.normalized : L.resid_mid;
         L.mlp_pre = array(b + "mlp.hook_pre", [T, m]);
+        L.mlp_pre_linear = gated(cfg) ? array(b + "mlp.hook_pre_linear", [T, m]) : null;
         L.mlp_post = array(b + "mlp.hook_post", [T, m]);
         L.tanh = cfg.act_fn === "gelu" ? array(null, [T, m]) : null;
         L.mlp_out = array(b + "hook_mlp_out", [T, d]);
@@ -263,12 +309,12 @@ const FlatModel = (() => {
   }
 
   // The normalisation a sublayer (or the unembedding) reads through, row by row, into
-  // norm = {scale, normalized, xhat}, weights at offsets wo, bo of P: pre_ln's LayerNorm (a
-  // config with none has no norm to fill). Another normalisation is a row kernel beside lnRow
-  // and a branch here.
+  // norm = {scale, normalized, xhat}, weights at offsets wo, bo of P: pre_ln's LayerNorm or
+  // pre_rms's RMSNorm (a config with none has no norm to fill), with the config's eps.
   function normalize(cfg, x, T, d, P, wo, bo, norm) {
-    const eps = constants().LN_EPS;
-    for (let t = 0; t < T; t++) norm.scale[t] = lnRow(x, t * d, d, P, wo, P, bo, norm.xhat, norm.normalized, eps);
+    const eps = epsOf(cfg);
+    if (rms(cfg)) for (let t = 0; t < T; t++) norm.scale[t] = rmsRow(x, t * d, d, P, wo, norm.xhat, norm.normalized, eps);
+    else for (let t = 0; t < T; t++) norm.scale[t] = lnRow(x, t * d, d, P, wo, P, bo, norm.xhat, norm.normalized, eps);
   }
 
   const NO_KNOBS = {beta: 1, posOff: false, headsOff: null, headsMean: null, mlpOff: null};
@@ -286,6 +332,7 @@ const FlatModel = (() => {
     for (let t = 0; t < T; t++) {
       for (let c = 0; c < d; c++) {
         embed[t * d + c] = P[off.WE + tokens[t] * d + c];
+        if (!pos) { e[t * d + c] = embed[t * d + c]; continue; }  // rotary: positions turn q, k
         pos[t * d + c] = k.posOff ? 0 : P[off.Wpos + t * d + c];
         e[t * d + c] = embed[t * d + c] + pos[t * d + c];
       }
@@ -306,9 +353,22 @@ const FlatModel = (() => {
         }
       }
     }
+    let q = L.q, key = L.k;
+    if (L.rot_q) {                                           // rotary positions turn q and k
+      const r = cfg.rotary_dim || dh, base = cfg.rotary_base === undefined ? 10000 : cfg.rotary_base;  // as turn
+      const adjacent = !!cfg.rotary_adjacent_pairs;
+      for (let t = 0; t < T; t++) {
+        for (let h = 0; h < H; h++) {
+          const o2 = (t * H + h) * dh;
+          rotaryRow(L.q, o2, dh, t, r, base, adjacent, L.rot_q, o2);
+          rotaryRow(L.k, o2, dh, t, r, base, adjacent, L.rot_k, o2);
+        }
+      }
+      q = L.rot_q; key = L.rot_k;
+    }
     const z = L.z;
     for (let h = 0; h < H; h++) {
-      attendHead(L.q, L.k, L.v, T, H, dh, h, k.beta, L.attn_scores, L.pattern, z, attnCoeff(cfg));
+      attendHead(q, key, L.v, T, H, dh, h, k.beta, L.attn_scores, L.pattern, z, attnCoeff(cfg));
       if (k === NO_KNOBS) continue;
       const head = `${l}.${h}`, mean = k.headsMean && k.headsMean[head];
       if (mean) for (let t = 0; t < T; t++) for (let c = 0; c < dh; c++) z[(t * H + h) * dh + c] = mean[t][h][c];
@@ -323,14 +383,25 @@ const FlatModel = (() => {
     return after;
   }
 
+  // The gated MLP's hidden row (SwiGLU, GeGLU): pre = x W_gate, pre_linear = x W_in, post =
+  // act(pre) * pre_linear + b_in, at offset o of the [T][m] arrays.
+  function gatedRow(cfg, x, xo, d, m, P, Wgate, Win, bin, pre, preLinear, post, o) {
+    linearRow(x, xo, d, P, Wgate, m, P, -1, pre, o);
+    linearRow(x, xo, d, P, Win, m, P, -1, preLinear, o);
+    for (let u = 0; u < m; u++) post[o + u] = act(cfg, pre[o + u]) * preLinear[o + u] + P[bin + u];
+  }
+
   // h = z + FFN(z) for layer l: returns the stream after it.
   function feedForward(cfg, P, o, L, l, T, z, k) {
     const d = cfg.d_model, m = cfg.d_mlp;
     if (L.ln2) normalize(cfg, z, T, d, P, o.ln2w, o.ln2b, L.ln2);
     const out = L.mlp_out, h = L.resid_post, off = k.mlpOff !== null && k.mlpOff.has(l);
     for (let t = 0; t < T; t++) {
-      linearRow(L.mlpIn, t * d, d, P, o.Win, m, P, o.bin, L.mlp_pre, t * m);
-      activate(cfg, L.mlp_pre, t * m, m, L.mlp_post, L.tanh);
+      if (L.mlp_pre_linear) gatedRow(cfg, L.mlpIn, t * d, d, m, P, o.Wgate, o.Win, o.bin, L.mlp_pre, L.mlp_pre_linear, L.mlp_post, t * m);
+      else {
+        linearRow(L.mlpIn, t * d, d, P, o.Win, m, P, o.bin, L.mlp_pre, t * m);
+        activate(cfg, L.mlp_pre, t * m, m, L.mlp_post, L.tanh);
+      }
       if (off) out.fill(0, t * d, (t + 1) * d);
       else linearRow(L.mlp_post, t * m, m, P, o.Wout, d, P, o.bout, out, t * d);
       for (let c = 0; c < d; c++) h[t * d + c] = z[t * d + c] + out[t * d + c];
@@ -449,28 +520,50 @@ const FlatModel = (() => {
     return out;
   }
 
-  // The residual as the attention of `layer` reads it (after LN1 when there is one).
+  // One vector through the model's normalisation `name` (LayerNorm or RMSNorm, its eps).
+  function normOf(model, name, x) {
+    const {cfg, w} = model, d = x.length, xhat = zeros(d), out = zeros(d);
+    if (rms(cfg)) rmsRow(x, 0, d, w[name + ".w"].data, 0, xhat, out, epsOf(cfg));
+    else lnRow(x, 0, d, w[name + ".w"].data, 0, w[name + ".b"].data, 0, xhat, out, epsOf(cfg));
+    return out;
+  }
+
+  // A head's q or k (one vector of d_head) as attention reads it at position t: turned by
+  // rotary positions when the model has them (hook_rot_q, hook_rot_k), else as it is.
+  function turn(cfg, x, t) {
+    if (!rotary(cfg)) return x;
+    const out = zeros(x.length);
+    const base = cfg.rotary_base === undefined ? 10000 : cfg.rotary_base;
+    rotaryRow(x, 0, x.length, t, cfg.rotary_dim || x.length, base, !!cfg.rotary_adjacent_pairs, out, 0);
+    return out;
+  }
+
+  // The residual as the attention of `layer` reads it (after ln1 when there is one).
   function attnInput(model, layer, resid) {
-    if (model.cfg.normalization !== "pre_ln") return resid;
-    const w = model.w, b = `blocks.${layer}.`;
-    return layerNorm(resid, w[b + "ln1.w"].data, w[b + "ln1.b"].data).out;
+    return preNorm(model.cfg) ? normOf(model, `blocks.${layer}.ln1`, resid) : resid;
   }
 
   // The MLP of `layer` on one residual vector z: returns {pre, post, out} (out without z).
   function mlp(model, layer, z) {
     const {cfg, w} = model, d = cfg.d_model, m = cfg.d_mlp, b = `blocks.${layer}.`;
-    const x = cfg.normalization === "pre_ln" ? layerNorm(z, w[b + "ln2.w"].data, w[b + "ln2.b"].data).out : z;
+    const x = preNorm(cfg) ? normOf(model, b + "ln2", z) : z;
     const pre = zeros(m), post = zeros(m), out = zeros(d);
-    linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, w[b + "mlp.b_in"].data, 0, pre, 0);
-    activate(cfg, pre, 0, m, post, null);
+    if (gated(cfg)) {
+      const lin = zeros(m);
+      linearRow(x, 0, d, w[b + "mlp.W_gate"].data, 0, m, null, -1, pre, 0);
+      linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, null, -1, lin, 0);
+      for (let u = 0; u < m; u++) post[u] = act(cfg, pre[u]) * lin[u] + w[b + "mlp.b_in"].data[u];
+    } else {
+      linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, w[b + "mlp.b_in"].data, 0, pre, 0);
+      activate(cfg, pre, 0, m, post, null);
+    }
     linearRow(post, 0, m, w[b + "mlp.W_out"].data, 0, d, w[b + "mlp.b_out"].data, 0, out, 0);
     return {pre, post, out};
   }
 
-  // The stream as the unembedding reads it: after the final LayerNorm when there is one.
+  // The stream as the unembedding reads it: after the final norm when there is one.
   function finalNorm(model, h) {
-    const w = model.w;
-    return model.cfg.ln_final ? layerNorm(h, w["ln_final.w"].data, w["ln_final.b"].data).out : h;
+    return model.cfg.ln_final ? normOf(model, "ln_final", h) : h;
   }
 
   function unembed(model, h) {
@@ -507,9 +600,9 @@ const FlatModel = (() => {
 
 
   return {
-    constants, attnOnly, vocabOut, erf, paramShapes, size, nParams, unpack,
-    lnRow, linearRow, geluTanh, act, activate, attendHead, layout, workspace, run, flatOf, forward,
-    zeros, add, vecMat, layerNorm, softmax, logSoftmax, project, attnInput, mlp, finalNorm, unembed,
+    constants, attnOnly, preNorm, rms, rotary, gated, vocabOut, erf, paramShapes, size, nParams, unpack,
+    lnRow, rmsRow, rotaryRow, linearRow, geluTanh, act, activate, attendHead, layout, workspace, run, flatOf, forward,
+    zeros, add, vecMat, layerNorm, softmax, logSoftmax, project, turn, attnInput, mlp, finalNorm, unembed,
     checkTokens, headMeans,
   };
 })();
