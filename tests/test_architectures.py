@@ -386,17 +386,13 @@ def test_config_refuses_what_it_cannot_compute(bad, message):
         ModelConfig(**{**BASE, **bad})
 
 
-@pytest.mark.parametrize("what", ["page", "landscape", "tlens"])
+@pytest.mark.parametrize("what", ["landscape", "tlens"])
 def test_parts_that_compute_the_classic_block_only_refuse_in_one_line(what):
     cfg = ModelConfig(**{**BASE, **ARCHITECTURES["llama"]})
     params, _, _, _ = random_batch(cfg, S=1)
     model = Transformer(cfg, params.seed(0))
     with pytest.raises(FlatformerError) as err:
-        if what == "page":
-            from flatformer.explorer.export import export_model
-
-            export_model(model, [str(i) for i in range(cfg.d_vocab)])
-        elif what == "landscape":
+        if what == "landscape":
             from flatformer.readout.landscape import output_logits
 
             output_logits(model, np.zeros((1, cfg.d_model)))
@@ -406,10 +402,7 @@ def test_parts_that_compute_the_classic_block_only_refuse_in_one_line(what):
             to_transformer_lens(model)
     message = str(err.value)
     assert "\n" not in message
-    if what == "page":  # the page computes RMSNorm, rotary positions and gated MLPs
-        assert message.endswith("this model has grouped-query attention")
-    else:
-        assert "RMSNorm, rotary positions, gated MLP, grouped-query attention, SiLU" in message
+    assert "RMSNorm, rotary positions, gated MLP, grouped-query attention, SiLU" in message
 
 
 def test_float32_stays_float32_and_near_float64(arch):

@@ -1,14 +1,14 @@
-"""The explorer page of imported models with the newer architectures its forward pass computes
-(a Llama: RMSNorm, rotary positions, SwiGLU; GPT-J's neighbouring pairs with GeGLU), in real
-headless Chromium: the self-check passes, every activation is on the page, a clicked attention
-cell's arithmetic reads the turned q and k, and a switched-off head's KL is Python's. The page
-made no request beyond its own file and logged no error."""
+"""The explorer page of the newer architectures (an imported Llama: RMSNorm, rotary positions,
+SwiGLU, grouped keys and values; GPT-J and Pythia's parallel blocks and partial rotary, SoLU,
+shortformer positions, GPT-Neo's local layers), in real headless Chromium: the self-check
+passes, every activation is on the page, the circuit panel's graph is flatformer.edges', a
+clicked attention cell's arithmetic is Python's, and a switched-off head's KL is Python's. The
+page made no request beyond its own file and logged no error."""
 
 import json
 
 import numpy as np
 import pytest
-import torch
 
 from clitools import cli_here
 from flatformer.config import ModelConfig
@@ -18,7 +18,7 @@ from flatformer.explorer import render_html
 from flatformer.store.runs import load_run
 from flatformer.model.transformer import Transformer
 from test_explorer_browser import kl, state, visit, zero_head
-from test_import_hf_modern import SMALL, V
+from test_import_hf_modern import V, build
 
 
 def every_activation_is_shown(page, cfg) -> set:
@@ -38,17 +38,9 @@ def every_activation_is_shown(page, cfg) -> set:
 
 @pytest.fixture(scope="module")
 def llama_run(tmp_path_factory):
-    """A Hugging Face Llama folder (one key and value head per query head), imported."""
-    import transformers as tf
-
+    """A Hugging Face Llama folder (two query heads for each key and value head), imported."""
     folder = tmp_path_factory.mktemp("llama")
-    torch.manual_seed(0)
-    model = tf.LlamaForCausalLM(tf.LlamaConfig(**SMALL, num_key_value_heads=4, rms_norm_eps=1e-6))
-    with torch.no_grad():  # gains off 1
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(0.3 * torch.randn_like(p))
-    model.double().save_pretrained(folder / "hf")
+    build("llama").save_pretrained(folder / "hf")
     (folder / "corpus.txt").write_text(" ".join(str(i % V) for i in range(200)))
     made = cli_here(
         "import", folder / "hf", "--corpus", folder / "corpus.txt", "--out", folder / "run"
@@ -60,7 +52,7 @@ def llama_run(tmp_path_factory):
 def test_a_llama_page_checks_itself_and_shows_every_activation(chromium, llama_run, tmp_path):
     run = load_run(llama_run)
     cfg = run.cfg
-    assert cfg.rotary and cfg.gated_mlp and cfg.normalization == "pre_rms"
+    assert cfg.rotary and cfg.gated_mlp and cfg.normalization == "pre_rms" and cfg.grouped
     path = tmp_path / "page.html"
     path.write_text(render_html(llama_run), encoding="utf-8")
     with visit(chromium, path, "#cell=0.1.5.2") as page:
@@ -75,11 +67,12 @@ def test_a_llama_page_checks_itself_and_shows_every_activation(chromium, llama_r
         assert edges == [list(e) for e in graph.edges] and graph.senders[0:2] == ["tok", "a0.0"]
         drawn = page.eval_on_selector_all("g.edge[data-edge]", "els => els.length")
         assert drawn == graph.n_edges
-        # the arithmetic of query 5 -> key 2 of head 0.1: the turned q and k, as Python's cache
+        # the arithmetic of query 5 -> key 2 of head 0.1: the turned q and k (its group's, 0),
+        # as Python's cache holds them
         tokens = state(page)["seq"]
         _, cache = run.model().run_with_cache(tokens)
         q = cache["blocks.0.attn.hook_rot_q"][0, 5, 1]
-        k = cache["blocks.0.attn.hook_rot_k"][0, 2, 1]
+        k = cache["blocks.0.attn.hook_rot_k"][0, 2, 0]
         dot = float(page.locator("#arith-0 [data-key='dot']").get_attribute("data-value"))
         assert abs(dot - float(q @ k)) < 1e-9
         assert float(page.locator("#arith-0 [data-key='score']").get_attribute("data-value")) == (
@@ -94,25 +87,45 @@ def test_a_llama_page_checks_itself_and_shows_every_activation(chromium, llama_r
     assert expected > 1e-6 and abs(shown_kl - expected) < 1e-9
 
 
-def test_a_gptj_style_page_checks_itself(chromium, tmp_path):
-    """Neighbouring pairs, a quarter of each head turned, GeGLU, q, k and v biases: a model
-    written directly (no Hugging Face class has this mix)."""
-    cfg = ModelConfig(d_model=16, n_heads=4, d_head=4, n_layers=2, d_mlp=24, n_ctx=7, d_vocab=11,
-                      normalization="pre_ln", eps=1e-6, positional_embedding_type="rotary",
-                      rotary_dim=2, rotary_adjacent_pairs=True, gated_mlp=True, act_fn="gelu",
-                      qkv_bias=True, attn_out=True, ln_final=True)  # fmt: skip
+# Models written directly, one per feature the page computes beyond the Llama above.
+DIRECT = {
+    # GPT-J's neighbouring pairs, a quarter of each head turned, GeGLU, parallel blocks
+    "gptj": dict(normalization="pre_ln", eps=1e-6, positional_embedding_type="rotary",
+                 rotary_dim=2, rotary_adjacent_pairs=True, gated_mlp=True, act_fn="gelu",
+                 parallel_attn_mlp=True, qkv_bias=True, attn_out=True, ln_final=True),
+    # Pythia: partial rotary halves, parallel blocks, the exact GELU, b_O
+    "pythia": dict(normalization="pre_ln", positional_embedding_type="rotary", rotary_dim=2,
+                   parallel_attn_mlp=True, act_fn="gelu_erf", qkv_bias=True, attn_out=True,
+                   attn_out_bias=True, ln_final=True),
+    # TransformerLens's solu-Nl and attn-only-Nl (shortformer positions)
+    "solu": dict(normalization="pre_ln", act_fn="solu_ln", attn_out=True, ln_final=True),
+    "attn-only-shortformer": dict(positional_embedding_type="shortformer", d_mlp=0,
+                                  normalization="pre_ln", attn_out=True, ln_final=True),
+    # GPT-Neo: a global and a local layer
+    "gpt-neo": dict(normalization="pre_ln", attn_types=("global", "local"), window_size=3,
+                    attn_out=True, ln_final=True, act_fn="gelu"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(DIRECT))
+def test_a_page_of_each_architecture_checks_itself(chromium, tmp_path, name):
+    sizes = dict(d_model=16, n_heads=4, d_head=4, n_layers=2, d_mlp=24, n_ctx=7, d_vocab=11)
+    cfg = ModelConfig(**{**sizes, **DIRECT[name]})
     params = init_params(cfg, [np.random.default_rng(0)])
     rng = np.random.default_rng(1)
-    for name, view in params.views.items():
-        if "ln" in name or "b_" in name:
+    for key, view in params.views.items():
+        if "ln" in key or "b_" in key:
             view += 0.3 * rng.standard_normal(view.shape)
     path = tmp_path / "page.html"
     vocab = [f"t{i}" for i in range(cfg.d_vocab)]
     model = Transformer(cfg, params.seed(0))
     path.write_text(render_html(model, vocab=vocab), encoding="utf-8")
-    with visit(chromium, path) as page:
+    with visit(chromium, path, "#cell=1.2.6.4") as page:
         check = page.evaluate("explorer.selfCheck")
         assert check["ok"] and check["worst"] < 1e-9, json.dumps(check)
         every_activation_is_shown(page, cfg)
         edges = page.evaluate("explorer.model.edgeGraph(explorer.data.config).edges")
-        assert edges == [list(e) for e in EdgeGraph(model).edges]  # no pos node
+        assert edges == [list(e) for e in EdgeGraph(model).edges]
+        _, cache = model.run_with_cache(state(page)["seq"])
+        score = float(page.locator("#arith-1 [data-key='score']").get_attribute("data-value"))
+        assert abs(score - float(cache["blocks.1.attn.hook_attn_scores"][0, 2, 6, 4])) < 1e-9

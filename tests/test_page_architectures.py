@@ -19,7 +19,8 @@ from flatformer.engine.model import hook_names, init_params
 from flatformer.explorer.export import flat_weights
 from flatformer.explorer.page import CONSTANTS
 from flatformer.model.transformer import Transformer
-from flatformer.readout.knobs import combine, mlp_off, scale_scores, zero_head
+from test_architectures import ARCHITECTURES
+from flatformer.readout.knobs import combine, mlp_off, positions_off, scale_scores, zero_head
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = shutil.which("node")
@@ -40,6 +41,9 @@ PAGE_ARCHITECTURES = {
                            rotary_base=1e4, act_fn="gelu_erf", qkv_bias=True, attn_out=True,
                            attn_out_bias=True, ln_final=True),
 }  # fmt: skip
+# and the engine's every newer architecture: grouped keys and values, parallel blocks, SoLU,
+# shortformer positions, GPT-Neo's local layers
+EVERY = {**PAGE_ARCHITECTURES, **{f"engine-{k}": v for k, v in ARCHITECTURES.items()}}
 
 
 def nested(x) -> list:
@@ -54,14 +58,15 @@ def fixture(name, cfg, seed) -> dict:
         if "ln" in key or "b_" in key:
             view += 0.3 * rng.standard_normal(view.shape)
     model = Transformer(cfg, params.seed(0))
-    knobs = [
-        ("none", {}, {}),
-        (
-            "several",
-            {"headsOff": ["1.0"], "beta": 1.7, "mlpOff": [0]},
-            combine(zero_head(1, 0), scale_scores(1.7, n_layers=2), mlp_off(0)),
-        ),
-    ]
+    several_js = {"headsOff": ["1.0"], "beta": 1.7}
+    several = [zero_head(1, 0), scale_scores(1.7, n_layers=2)]
+    if not cfg.attn_only:
+        several_js["mlpOff"] = [0]
+        several.append(mlp_off(0))
+    if not cfg.rotary:
+        several_js["posOff"] = True
+        several.append(positions_off())
+    knobs = [("none", {}, {}), ("several", several_js, combine(*several))]
     runs = []
     for tokens in (rng.integers(0, cfg.d_vocab, n).tolist() for n in (cfg.n_ctx, 3)):
         for label, js, hooks in knobs:
@@ -94,7 +99,7 @@ def fixture(name, cfg, seed) -> dict:
 def test_the_page_forward_pass_computes_the_newer_architectures_as_python(tmp_path):
     configs = [
         fixture(name, ModelConfig(**{**BASE, **arch}), i)
-        for i, (name, arch) in enumerate(PAGE_ARCHITECTURES.items())
+        for i, (name, arch) in enumerate(EVERY.items())
     ]
     path = tmp_path / "architectures.json"
     path.write_text(json.dumps({"constants": CONSTANTS, "configs": configs}, allow_nan=False))
@@ -108,4 +113,4 @@ def test_the_page_forward_pass_computes_the_newer_architectures_as_python(tmp_pa
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert "# fail 0" in result.stdout
-    assert int(result.stdout.split("# pass ")[1].split()[0]) == 4 * len(PAGE_ARCHITECTURES)
+    assert int(result.stdout.split("# pass ")[1].split()[0]) == 4 * len(EVERY)

@@ -36,9 +36,12 @@ NUMBER_BUDGET = 250_000  # weights carried at most (2 MB of float64) unless aske
 
 DTYPES = {"float64": "<f8", "float32": "<f4"}
 
-# What explorer/model.js computes beyond the classic GPT-2 block (config.newer_features's words);
-# any normalisation eps too.
-PAGE_FEATURES = ("RMSNorm", "rotary positions", "gated MLP", "SiLU")
+# What explorer/model.js computes beyond the classic GPT-2 block (config.newer_features's words),
+# and any normalisation eps: a feature the engine learns later is refused until the page has it.
+PAGE_FEATURES = (
+    "RMSNorm", "rotary positions", "shortformer positions", "gated MLP",
+    "parallel attention and MLP", "grouped-query attention", "SiLU", "SoLU", "local attention",
+)  # fmt: skip
 
 
 def require_page(cfg: ModelConfig) -> None:
@@ -48,8 +51,7 @@ def require_page(cfg: ModelConfig) -> None:
     ]
     if missing:
         raise FlatformerError(
-            "the explorer page computes the classic GPT-2 block with RMSNorm, rotary positions, "
-            f"gated MLPs and SiLU; this model has {', '.join(missing)}"
+            f"the explorer page does not compute {', '.join(missing)}, which this model has"
         )
 
 

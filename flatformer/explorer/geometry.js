@@ -25,9 +25,10 @@ const Geometry = {
 
     const allSums = (model, posOff) => memo(`sums:${model.step}:${posOff}`, () => sumsOf(model, posOff));
     function sumsOf(model, posOff) {
-      // rotary positions: no W_pos, e = x at every position (positions turn q and k instead)
+      // rotary positions: no W_pos, e = x at every position (positions turn q and k instead);
+      // shortformer ones join q and k's inputs (allQK), not the stream
       const d = cfg.d_model, WE = model.w["embed.W_E"].data, W = model.w["pos_embed.W_pos"], pts = [];
-      const WP = W && !posOff ? W.data : null;
+      const WP = W && !posOff && !M.shortformer(cfg) ? W.data : null;
       for (let t = 0; t < cfg.n_ctx; t++) {
         for (let v = 0; v < V; v++) {
           pts.push({v, t, e: Array.from({length: d}, (_, i) => WE[v * d + i] + (WP ? WP[t * d + i] : 0))});
@@ -81,9 +82,10 @@ const Geometry = {
 
     function allQK(model, l, hd, posOff) {
       return memo(`qk:${model.step}:${l}:${hd}:${posOff}`, () => {
-        const pts = allSums(model, posOff);
+        const pts = allSums(model, posOff), WP = M.shortformer(cfg) ? model.w["pos_embed.W_pos"].data : null;
         return pts.map((s) => {
-          const a = M.attnInput(model, 0, s.e);
+          let a = M.attnInput(model, 0, s.e);
+          if (M.shortformer(cfg) && !posOff) a = a.map((x, i) => x + WP[s.t * cfg.d_model + i]);
           return {v: s.v, t: s.t, q: M.turn(cfg, M.project(model, 0, "Q", a, hd), s.t),
             k: M.turn(cfg, M.project(model, 0, "K", a, hd), s.t)};
         });
@@ -94,7 +96,8 @@ const Geometry = {
       const state = env.state();
       const b = `blocks.${l}.attn.`, cache = c.run.cache, dh = cfg.d_head;
       const turned = M.rotary(cfg) ? "rot_" : "";  // the q and k the scores are made of
-      const keys = cache[b + `hook_${turned}k`].map((r) => r[hd]), queries = cache[b + `hook_${turned}q`].map((r) => r[hd]);
+      const kv = Math.floor(hd / (cfg.n_heads / M.kvHeads(cfg)));   // the head's group's keys
+      const keys = cache[b + `hook_${turned}k`].map((r) => r[kv]), queries = cache[b + `hook_${turned}q`].map((r) => r[hd]);
       const q = queries[qi];
       const backdrop = l === 0 ? allQK(c.model, l, hd, state.pos) : null;
       const cloud = backdrop ? backdrop.flatMap((p) => [p.q, p.k]) : keys.concat(queries);

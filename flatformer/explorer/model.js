@@ -37,6 +37,15 @@ const FlatModel = (() => {
   const rms = (cfg) => cfg.normalization === "pre_rms";
   const rotary = (cfg) => cfg.positional_embedding_type === "rotary";
   const gated = (cfg) => !!cfg.gated_mlp;
+  const shortformer = (cfg) => cfg.positional_embedding_type === "shortformer";
+  const parallel = (cfg) => !!cfg.parallel_attn_mlp;
+  const solu = (cfg) => cfg.act_fn === "solu_ln" && !attnOnly(cfg);
+  // Heads of keys and values (grouped-query attention: fewer, each shared by a group of query
+  // heads); TransformerLens names their weights attn._W_K, attn._W_V (config.attn_weight).
+  const kvHeads = (cfg) => cfg.n_key_value_heads || cfg.n_heads;
+  const attnWeight = (cfg, w, kind = "W") => `attn.${kvHeads(cfg) !== cfg.n_heads && w !== "Q" ? "_" : ""}${kind}_${w}`;
+  // The keys a query of layer l reads: window_size in a local layer (GPT-Neo's), else 0 (all).
+  const windowOf = (cfg, l) => (cfg.attn_types && cfg.attn_types[l] === "local" ? cfg.window_size : 0);
   const epsOf = (cfg) => (cfg.eps === undefined ? constants().LN_EPS : cfg.eps);
   // The number of logits: d_vocab_out (imported models) or d_vocab, as config.py's vocab_out.
   const vocabOut = (cfg) => cfg.d_vocab_out || cfg.d_vocab;
@@ -70,15 +79,17 @@ const FlatModel = (() => {
     for (let l = 0; l < cfg.n_layers; l++) {
       const b = `blocks.${l}.`;
       if (preNorm(cfg)) norm(b + "ln1");
-      for (const x of "QKV") shapes.push([b + `attn.W_${x}`, [h, d, dh]]);
-      if (cfg.qkv_bias) for (const x of "QKV") shapes.push([b + `attn.b_${x}`, [h, dh]]);
+      const heads = (x) => (x === "Q" ? h : kvHeads(cfg));
+      for (const x of "QKV") shapes.push([b + attnWeight(cfg, x), [heads(x), d, dh]]);
+      if (cfg.qkv_bias) for (const x of "QKV") shapes.push([b + attnWeight(cfg, x, "b"), [heads(x), dh]]);
       if (cfg.attn_out) shapes.push([b + "attn.W_O", [h, dh, d]]);
       if (cfg.attn_out_bias) shapes.push([b + "attn.b_O", [d]]);
       if (attnOnly(cfg)) continue;
       if (preNorm(cfg)) norm(b + "ln2");
       if (gated(cfg)) shapes.push([b + "mlp.W_gate", [d, m]]);
-      shapes.push([b + "mlp.W_in", [d, m]], [b + "mlp.b_in", [m]],
-                  [b + "mlp.W_out", [m, d]], [b + "mlp.b_out", [d]]);
+      shapes.push([b + "mlp.W_in", [d, m]], [b + "mlp.b_in", [m]]);
+      if (solu(cfg)) shapes.push([b + "mlp.ln.w", [m]], [b + "mlp.ln.b", [m]]);
+      shapes.push([b + "mlp.W_out", [m, d]], [b + "mlp.b_out", [d]]);
     }
     if (cfg.ln_final) norm("ln_final");
     shapes.push(["unembed.W_U", [d, vOut]]);
@@ -192,15 +203,16 @@ const FlatModel = (() => {
 
   // Causal attention of head h: scores = q k^T / sqrt(dh) (times beta, the knob), masked
   // entries -inf; pattern = softmax(scores) by row, the maximum subtracted first so tiny
-  // temperatures never overflow; z = pattern v. q, k, v, z are [T][H][dh] and scores, pattern
-  // [H][T][T], all flat; the masked entries (j > i) are left as they are.
-  function attendHead(q, k, v, T, H, dh, h, beta, scores, pattern, z, coeff = 1) {
+  // temperatures never overflow; z = pattern v. q, z are [T][H][dh], k, v [T][Hk][dh] (head hk:
+  // grouped keys and values) and scores, pattern [H][T][T], all flat; the masked entries (j > i,
+  // and in a local layer j <= i - window) are left as they are.
+  function attendHead(q, k, v, T, H, dh, h, beta, scores, pattern, z, coeff = 1, Hk = H, hk = h, window = 0) {
     const sq = Math.sqrt(dh);
     for (let i = 0; i < T; i++) {
-      const row = (h * T + i) * T, qo = (i * H + h) * dh;
+      const row = (h * T + i) * T, qo = (i * H + h) * dh, lo = window ? Math.max(0, i - window + 1) : 0;
       let mx = -Infinity;
-      for (let j = 0; j <= i; j++) {
-        const ko = (j * H + h) * dh;
+      for (let j = lo; j <= i; j++) {
+        const ko = (j * Hk + hk) * dh;
         let s = 0;
         for (let e = 0; e < dh; e++) s += q[qo + e] * k[ko + e];
         s /= sq;
@@ -209,13 +221,13 @@ const FlatModel = (() => {
         if (s > mx) mx = s;
       }
       let tot = 0;
-      for (let j = 0; j <= i; j++) { const ex = Math.exp(scores[row + j] - mx); pattern[row + j] = ex; tot += ex; }
-      for (let j = 0; j <= i; j++) pattern[row + j] /= tot;
+      for (let j = lo; j <= i; j++) { const ex = Math.exp(scores[row + j] - mx); pattern[row + j] = ex; tot += ex; }
+      for (let j = lo; j <= i; j++) pattern[row + j] /= tot;
       // Zhong et al.'s attention rate: coeff softmax + (1 - coeff) on every key read
-      if (coeff !== 1) for (let j = 0; j <= i; j++) pattern[row + j] = coeff * pattern[row + j] + (1 - coeff);
+      if (coeff !== 1) for (let j = lo; j <= i; j++) pattern[row + j] = coeff * pattern[row + j] + (1 - coeff);
       for (let e = 0; e < dh; e++) {
         let s = 0;
-        for (let j = 0; j <= i; j++) s += pattern[row + j] * v[(j * H + h) * dh + e];
+        for (let j = lo; j <= i; j++) s += pattern[row + j] * v[(j * Hk + hk) * dh + e];
         z[qo + e] = s;
       }
     }
@@ -240,7 +252,8 @@ const FlatModel = (() => {
       L: Array.from({length: cfg.n_layers}, (_, l) => {
         const b = (n) => of(`blocks.${l}.${n}`);
         return {ln1w: b("ln1.w"), ln1b: b("ln1.b"), ln2w: b("ln2.w"), ln2b: b("ln2.b"), Wgate: b("mlp.W_gate"),
-          W: ["W_Q", "W_K", "W_V"].map((n) => b("attn." + n)), B: ["b_Q", "b_K", "b_V"].map((n) => b("attn." + n)),
+          W: [..."QKV"].map((x) => b(attnWeight(cfg, x))), B: [..."QKV"].map((x) => b(attnWeight(cfg, x, "b"))),
+          lnw: b("mlp.ln.w"), lnb: b("mlp.ln.b"),
           WO: b("attn.W_O"), bO: b("attn.b_O"), Win: b("mlp.W_in"), bin: b("mlp.b_in"),
           Wout: b("mlp.W_out"), bout: b("mlp.b_out")};
       }),
@@ -261,7 +274,7 @@ const FlatModel = (() => {
     const byT = workspaces.get(cfg);
     if (byT.has(T)) return (last = byT.get(T));
     const d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, m = cfg.d_mlp, V = vocabOut(cfg);
-    const ln = preNorm(cfg);
+    const Hk = kvHeads(cfg), ln = preNorm(cfg);
     const hooks = [];
     const array = (name, dims) => {
       const a = new Float64Array(size(dims));
@@ -279,19 +292,26 @@ const FlatModel = (() => {
       hooks.push([b + "hook_resid_pre", resid, [T, d]]);
       L.ln1 = ln ? norm(b + "ln1.") : null;
       L.attnIn = ln ? L.ln1.normalized : resid;
-      for (const x of "qkv") L[x] = array(b + `attn.hook_${x}`, [T, H, dh]);
+      for (const x of "qkv") L[x] = array(b + `attn.hook_${x}`, [T, x === "q" ? H : Hk, dh]);
       L.rot_q = rotary(cfg) ? array(b + "attn.hook_rot_q", [T, H, dh]) : null;
-      L.rot_k = rotary(cfg) ? array(b + "attn.hook_rot_k", [T, H, dh]) : null;
+      L.rot_k = rotary(cfg) ? array(b + "attn.hook_rot_k", [T, Hk, dh]) : null;
+      L.qkIn = shortformer(cfg) ? array(null, [T, d]) : null;     // shortformer: ln1(x) + p
       L.attn_scores = array(b + "attn.hook_attn_scores", [H, T, T]).fill(-Infinity);
       L.pattern = array(b + "attn.hook_pattern", [H, T, T]);
       L.z = array(b + "attn.hook_z", [T, H, dh]);
       L.attn_out = array(b + "hook_attn_out", [T, d]);
       if (!attnOnly(cfg)) {
-        L.resid_mid = array(b + "hook_resid_mid", [T, d]);
+        // a parallel block has no resid_mid: its MLP reads the stream its attention read
+        L.resid_mid = array(parallel(cfg) ? null : b + "hook_resid_mid", [T, d]);
         L.ln2 = ln ? norm(b + "ln2.") : null;
-        L.mlpIn = ln ? L.ln2.normalized : L.resid_mid;
+        L.mlpIn = ln ? L.ln2.normalized : parallel(cfg) ? L.resid_pre : L.resid_mid;
         L.mlp_pre = array(b + "mlp.hook_pre", [T, m]);
         L.mlp_pre_linear = gated(cfg) ? array(b + "mlp.hook_pre_linear", [T, m]) : null;
+        if (solu(cfg)) {   // SoLU, then a LayerNorm over the neurons whose output is hook_post
+          L.mlp_mid = array(b + "mlp.hook_mid", [T, m]);
+          L.mlpLn = {scale: array(b + "mlp.ln.hook_scale", [T, 1]), normalized: array(b + "mlp.ln.hook_normalized", [T, m]),
+            xhat: array(null, [T, m])};
+        }
         L.mlp_post = array(b + "mlp.hook_post", [T, m]);
         L.tanh = cfg.act_fn === "gelu" ? array(null, [T, m]) : null;
         L.mlp_out = array(b + "hook_mlp_out", [T, d]);
@@ -334,22 +354,25 @@ const FlatModel = (() => {
         embed[t * d + c] = P[off.WE + tokens[t] * d + c];
         if (!pos) { e[t * d + c] = embed[t * d + c]; continue; }  // rotary: positions turn q, k
         pos[t * d + c] = k.posOff ? 0 : P[off.Wpos + t * d + c];
-        e[t * d + c] = embed[t * d + c] + pos[t * d + c];
+        // shortformer: the positions join q and k's inputs only, never the stream
+        e[t * d + c] = shortformer(cfg) ? embed[t * d + c] : embed[t * d + c] + pos[t * d + c];
       }
     }
     return e;
   }
 
   // z = e + Attn(e) for layer l (offsets o, arrays L): returns the stream after it.
-  function attention(cfg, P, o, L, l, T, e, k) {
-    const d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, HD = H * dh;
+  function attention(cfg, P, o, L, l, T, e, k, pos) {
+    const d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, HD = H * dh, Hk = kvHeads(cfg);
     if (L.ln1) normalize(cfg, e, T, d, P, o.ln1w, o.ln1b, L.ln1);
     const x = L.attnIn;
+    if (L.qkIn) for (let u = 0; u < T * d; u++) L.qkIn[u] = x[u] + pos[u];
     for (let i = 0; i < 3; i++) {
-      const W = o.W[i], B = o.B[i], out = i === 0 ? L.q : i === 1 ? L.k : L.v;
+      const W = o.W[i], B = o.B[i], out = i === 0 ? L.q : i === 1 ? L.k : L.v, n = i === 0 ? H : Hk;
+      const inp = L.qkIn && i < 2 ? L.qkIn : x;
       for (let t = 0; t < T; t++) {
-        for (let h = 0; h < H; h++) {
-          linearRow(x, t * d, d, P, W + h * d * dh, dh, P, B >= 0 ? B + h * dh : -1, out, (t * H + h) * dh);
+        for (let h = 0; h < n; h++) {
+          linearRow(inp, t * d, d, P, W + h * d * dh, dh, P, B >= 0 ? B + h * dh : -1, out, (t * n + h) * dh);
         }
       }
     }
@@ -358,17 +381,15 @@ const FlatModel = (() => {
       const r = cfg.rotary_dim || dh, base = cfg.rotary_base === undefined ? 10000 : cfg.rotary_base;  // as turn
       const adjacent = !!cfg.rotary_adjacent_pairs;
       for (let t = 0; t < T; t++) {
-        for (let h = 0; h < H; h++) {
-          const o2 = (t * H + h) * dh;
-          rotaryRow(L.q, o2, dh, t, r, base, adjacent, L.rot_q, o2);
-          rotaryRow(L.k, o2, dh, t, r, base, adjacent, L.rot_k, o2);
-        }
+        for (let h = 0; h < H; h++) rotaryRow(L.q, (t * H + h) * dh, dh, t, r, base, adjacent, L.rot_q, (t * H + h) * dh);
+        for (let h = 0; h < Hk; h++) rotaryRow(L.k, (t * Hk + h) * dh, dh, t, r, base, adjacent, L.rot_k, (t * Hk + h) * dh);
       }
       q = L.rot_q; key = L.rot_k;
     }
     const z = L.z;
     for (let h = 0; h < H; h++) {
-      attendHead(q, key, L.v, T, H, dh, h, k.beta, L.attn_scores, L.pattern, z, attnCoeff(cfg));
+      attendHead(q, key, L.v, T, H, dh, h, k.beta, L.attn_scores, L.pattern, z, attnCoeff(cfg),
+        Hk, Math.floor(h / (H / Hk)), windowOf(cfg, l));
       if (k === NO_KNOBS) continue;
       const head = `${l}.${h}`, mean = k.headsMean && k.headsMean[head];
       if (mean) for (let t = 0; t < T; t++) for (let c = 0; c < dh; c++) z[(t * H + h) * dh + c] = mean[t][h][c];
@@ -394,11 +415,19 @@ const FlatModel = (() => {
   // h = z + FFN(z) for layer l: returns the stream after it.
   function feedForward(cfg, P, o, L, l, T, z, k) {
     const d = cfg.d_model, m = cfg.d_mlp;
-    if (L.ln2) normalize(cfg, z, T, d, P, o.ln2w, o.ln2b, L.ln2);
+    if (L.ln2) normalize(cfg, parallel(cfg) ? L.resid_pre : z, T, d, P, o.ln2w, o.ln2b, L.ln2);
     const out = L.mlp_out, h = L.resid_post, off = k.mlpOff !== null && k.mlpOff.has(l);
     for (let t = 0; t < T; t++) {
       if (L.mlp_pre_linear) gatedRow(cfg, L.mlpIn, t * d, d, m, P, o.Wgate, o.Win, o.bin, L.mlp_pre, L.mlp_pre_linear, L.mlp_post, t * m);
-      else {
+      else if (L.mlpLn) {                                  // SoLU: mid = pre softmax(pre), then LN
+        linearRow(L.mlpIn, t * d, d, P, o.Win, m, P, o.bin, L.mlp_pre, t * m);
+        let mx = -Infinity, tot = 0;
+        for (let u = t * m; u < (t + 1) * m; u++) if (L.mlp_pre[u] > mx) mx = L.mlp_pre[u];
+        for (let u = t * m; u < (t + 1) * m; u++) tot += Math.exp(L.mlp_pre[u] - mx);
+        for (let u = t * m; u < (t + 1) * m; u++) L.mlp_mid[u] = L.mlp_pre[u] * Math.exp(L.mlp_pre[u] - mx) / tot;
+        L.mlpLn.scale[t] = lnRow(L.mlp_mid, t * m, m, P, o.lnw, P, o.lnb, L.mlpLn.xhat, L.mlpLn.normalized, epsOf(cfg));
+        for (let u = t * m; u < (t + 1) * m; u++) L.mlp_post[u] = L.mlpLn.normalized[u];
+      } else {
         linearRow(L.mlpIn, t * d, d, P, o.Win, m, P, o.bin, L.mlp_pre, t * m);
         activate(cfg, L.mlp_pre, t * m, m, L.mlp_post, L.tanh);
       }
@@ -426,7 +455,7 @@ const FlatModel = (() => {
     ws.tokens = tokens;
     let x = embedding(cfg, P, off, ws, tokens, k);                                  // e = x + p
     for (let l = 0; l < cfg.n_layers; l++) {
-      x = attention(cfg, P, off.L[l], ws.layers[l], l, T, x, k);                     // z = e + Attn(e)
+      x = attention(cfg, P, off.L[l], ws.layers[l], l, T, x, k, ws.pos);             // z = e + Attn(e)
       if (!attnOnly(cfg)) x = feedForward(cfg, P, off.L[l], ws.layers[l], l, T, x, k);  // h = z + FFN(z)
     }
     unembedding(cfg, P, off, ws, x);
@@ -512,11 +541,13 @@ const FlatModel = (() => {
     return row.map((v) => v - lse);
   }
 
-  // Query, key or value of one residual vector for head h of a layer: x W[h] (+ b[h]).
+  // Query, key or value of one residual vector for head h of a layer: x W[h] (+ b[h]); keys
+  // and values of grouped heads are their group's, h / (n_heads / n_kv_heads).
   function project(model, layer, which, x, h) {
     const {cfg, w} = model, d = cfg.d_model, dh = cfg.d_head, out = zeros(dh);
-    const b = cfg.qkv_bias ? w[`blocks.${layer}.attn.b_${which}`].data : null;
-    linearRow(x, 0, d, w[`blocks.${layer}.attn.W_${which}`].data, h * d * dh, dh, b, b ? h * dh : -1, out, 0);
+    const i = which === "Q" ? h : Math.floor(h / (cfg.n_heads / kvHeads(cfg)));
+    const b = cfg.qkv_bias ? w[`blocks.${layer}.${attnWeight(cfg, which, "b")}`].data : null;
+    linearRow(x, 0, d, w[`blocks.${layer}.${attnWeight(cfg, which)}`].data, i * d * dh, dh, b, b ? i * dh : -1, out, 0);
     return out;
   }
 
@@ -553,6 +584,10 @@ const FlatModel = (() => {
       linearRow(x, 0, d, w[b + "mlp.W_gate"].data, 0, m, null, -1, pre, 0);
       linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, null, -1, lin, 0);
       for (let u = 0; u < m; u++) post[u] = act(cfg, pre[u]) * lin[u] + w[b + "mlp.b_in"].data[u];
+    } else if (solu(cfg)) {                            // SoLU, then its LayerNorm over the neurons
+      linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, w[b + "mlp.b_in"].data, 0, pre, 0);
+      const s = softmax(pre), mid = pre.map((p, u) => p * s[u]);
+      lnRow(mid, 0, m, w[b + "mlp.ln.w"].data, 0, w[b + "mlp.ln.b"].data, 0, zeros(m), post, epsOf(cfg));
     } else {
       linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, w[b + "mlp.b_in"].data, 0, pre, 0);
       activate(cfg, pre, 0, m, post, null);
@@ -600,7 +635,7 @@ const FlatModel = (() => {
 
 
   return {
-    constants, attnOnly, preNorm, rms, rotary, gated, vocabOut, erf, paramShapes, size, nParams, unpack,
+    constants, attnOnly, preNorm, rms, rotary, gated, shortformer, parallel, solu, kvHeads, attnWeight, windowOf, vocabOut, erf, paramShapes, size, nParams, unpack,
     lnRow, rmsRow, rotaryRow, linearRow, geluTanh, act, activate, attendHead, layout, workspace, run, flatOf, forward,
     zeros, add, vecMat, layerNorm, softmax, logSoftmax, project, turn, attnInput, mlp, finalNorm, unembed,
     checkTokens, headMeans,

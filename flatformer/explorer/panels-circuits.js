@@ -224,6 +224,7 @@ Panels.circuits = (ctx) => {
     const stages = [["after embedding", "blocks.0.hook_resid_pre"]];
     for (let l = 0; l < L; l++) {
       if (M.attnOnly(cfg)) stages.push([`after attention ${l}`, `blocks.${l}.hook_resid_post`]);
+      else if (M.parallel(cfg)) stages.push([`after block ${l}`, `blocks.${l}.hook_resid_post`]);
       else stages.push([`after attention ${l}`, `blocks.${l}.hook_resid_mid`], [`after MLP ${l}`, `blocks.${l}.hook_resid_post`]);
     }
     let cells = [], shown = "", tips = [];

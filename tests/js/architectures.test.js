@@ -54,8 +54,16 @@ for (const c of fixture.configs) {
     const {cache} = M.forward(model, c.runs[0].tokens);
     const last = c.cfg.n_layers - 1, b = `blocks.${last}.`, t = c.runs[0].tokens.length - 1;
     const mid = c.cfg.parallel_attn_mlp ? cache[b + "hook_resid_pre"] : cache[b + "hook_resid_mid"];
-    close(M.mlp(model, last, mid[t]).out, cache[b + "hook_mlp_out"][t], "mlp");
-    close(M.attnInput(model, last, cache[b + "hook_resid_pre"][t]), cache[b + "ln1.hook_normalized"][t], "attnInput");
+    if (!M.attnOnly(c.cfg)) close(M.mlp(model, last, mid[t]).out, cache[b + "hook_mlp_out"][t], "mlp");
+    if (M.preNorm(c.cfg)) close(M.attnInput(model, last, cache[b + "hook_resid_pre"][t]), cache[b + "ln1.hook_normalized"][t], "attnInput");
+    for (const h of [0, c.cfg.n_heads - 1]) {   // a head's q and k (turned), v: the cache's
+      const a = M.attnInput(model, last, cache[b + "hook_resid_pre"][t]);
+      const x = M.shortformer(c.cfg) ? a.map((v, i) => v + cache["hook_pos_embed"][t][i]) : a;
+      const g = Math.floor(h / (c.cfg.n_heads / M.kvHeads(c.cfg))), turned = M.rotary(c.cfg) ? "rot_" : "";
+      close(M.turn(c.cfg, M.project(model, last, "Q", x, h), t), cache[b + `attn.hook_${turned}q`][t][h], "q");
+      close(M.turn(c.cfg, M.project(model, last, "K", x, h), t), cache[b + `attn.hook_${turned}k`][t][g], "k");
+      close(M.project(model, last, "V", a, h), cache[b + "attn.hook_v"][t][g], "v");
+    }
     close(M.unembed(model, cache[b + "hook_resid_post"][t]), c.runs[0].logits[t], "unembed");
   });
 
