@@ -430,3 +430,18 @@ def test_switching_off_positions_a_rotary_model_lacks_is_refused_by_name():
     model = random_model(cfg)
     with pytest.raises(FlatformerError, match="no position embedding to switch off .*rotary"):
         model([1, 2, 3], hooks=positions_off())
+
+
+@pytest.mark.parametrize("name", ["shortformer", "shortformer-mlp"])
+def test_switching_shortformer_positions_off_reaches_q_and_k(name):
+    """hook_pos_embed is what q and k add (TransformerLens passes the hooked positions to its
+    blocks): zeroing it changes the logits, as in the torch bridge."""
+    cfg = ModelConfig(**{**BASE, **ARCHITECTURES[name]})
+    params, tokens, _, _ = random_batch(cfg, S=1)
+    model = Transformer(cfg, params.seed(0))
+    off = {"hook_pos_embed": lambda p, name: np.zeros_like(p)}
+    ours = model(tokens[0], hooks=off)
+    oracle = TorchTransformer(cfg, params.seed(0))
+    theirs = oracle(torch.tensor(tokens[0]), hooks={"hook_pos_embed": lambda p, name: 0 * p})
+    close(ours, theirs.detach().numpy(), 1e-12)
+    assert np.abs(ours - model(tokens[0])).max() > 1e-3
