@@ -285,3 +285,33 @@ def test_a_bridge_around_a_hugging_face_family_imports_through_its_folder(tmp_pa
     assert_close(ours, theirs.numpy(), f"{kind} logits", tol)
     for name in ["hook_embed"] + [f"blocks.{i}.hook_resid_post" for i in range(2)]:
         assert_close(cache[name], their_cache[name].numpy(), f"{kind} {name}", tol)
+
+
+@pytest.mark.parametrize("alias", ["attn-only-2l", "solu-2l"])
+def test_an_imported_family_opens_in_circuits_and_the_explorer(tmp_path, offline_repo, alias):
+    """The command line on TransformerLens's induction model (attn-only-2l: shortformer
+    positions) and a SoLU model: import, the exact circuits, and the page."""
+    from clitools import cli_here
+
+    c = FAMILIES[alias]
+    legacy = legacy_weights(c, seed=1)
+    if c["shortformer_pos"]:
+        fields = {k: c[k] for k in ("d_model", "n_layers", "d_mlp", "d_head", "n_heads", "n_ctx")}
+        cfg = TransformerBridgeConfig(**fields, d_vocab=V, act_fn=c["act_fn"], attn_only=True,
+                                      positional_embedding_type="shortformer")  # fmt: skip
+    else:
+        offline_repo.update(config=c, state=legacy)
+        cfg = TransformerBridge.boot_tl_legacy(official(alias), dtype=torch.float64).cfg
+    path, config = save(tmp_path, legacy, cfg.to_dict())
+    (tmp_path / "corpus.txt").write_text(" ".join(str(i % V) for i in range(300)))
+    run = tmp_path / "run"
+    made = cli_here("import", path, "--config", config, "--corpus", tmp_path / "corpus.txt",
+                    "--out", run)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    circuits = cli_here("circuits", run, "--prompts", "12", "--json")
+    assert circuits.returncode == 0, circuits.stderr
+    report = json.loads(circuits.stdout)
+    assert ("pos" in report["nodes"]) == (not c["shortformer_pos"])
+    page = cli_here("explore", run, "--out", tmp_path / "page.html")
+    assert page.returncode == 0, page.stderr
+    assert "flatformer-explorer-1" in (tmp_path / "page.html").read_text()
