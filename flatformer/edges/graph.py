@@ -17,6 +17,12 @@ on a corrupted prompt). m_e = 1 keeps the edge, 0 ablates it, and values in betw
 straight line from the ablated to the clean activation (EAP-IG's path). Every edge's ablation is
 a row of one batched forward pass; `backward` gives d metric / d x_r for every receiver and
 d metric / d m_e for every edge in one pass.
+
+The newer architectures compute with the engine's own components (RMSNorm, rotary, the gated
+and SoLU MLPs, local layers' masks). Rotary and shortformer positions are not on the stream, so
+such a model has no `pos` node (each head turns, or adds W_pos to, its own q and k); a parallel
+block's MLP reads the stream its layer's heads read; a grouped head keeps its own k and v
+receivers, computed with its group's weights.
 """
 
 from __future__ import annotations
