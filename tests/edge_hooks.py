@@ -14,6 +14,8 @@ autograd gives d metric / d mask.
 import numpy as np
 import torch
 
+from flatformer.config import attn_weight
+
 
 def tl_runner(bridge):
     """TransformerLens's bridge as a `run(tokens, hooks)`."""
@@ -57,7 +59,8 @@ def hooked_edge_logits(run, graph, tokens, refs, mask):
         x = 0
         # b_O (imported models) of every attention layer the receiver reads after, never ablated
         node = graph.node_of(r)
-        after = cfg.n_layers if node == "logits" else int(node[1:].split(".")[0]) + (node[0] == "m")
+        after_heads = node[0] == "m" and not cfg.parallel_attn_mlp  # a parallel MLP reads e
+        after = cfg.n_layers if node == "logits" else int(node[1:].split(".")[0]) + after_heads
         for L in range(after):
             if f"blocks.{L}.attn.b_O" in t:
                 x = x + t[f"blocks.{L}.attn.b_O"]
@@ -66,35 +69,47 @@ def hooked_edge_logits(run, graph, tokens, refs, mask):
         return x
 
     def ln(x, name):
-        if cfg.normalization != "pre_ln":
+        if cfg.normalization == "none":
             return x
+        if cfg.normalization == "pre_rms":
+            return x / (x.pow(2).mean(-1, keepdim=True) + cfg.eps).sqrt() * t[name + ".w"]
         x = x - x.mean(-1, keepdim=True)
-        return x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * t[name + ".w"] + t[name + ".b"]
+        scale = (x.pow(2).mean(-1, keepdim=True) + cfg.eps).sqrt()
+        return x / scale * t[name + ".w"] + t[name + ".b"]
+
+    group = cfg.n_heads // cfg.n_kv_heads
 
     def qkv_hook(L, kind):
+        """q, k or v from each head's own receiver (the model rotates q and k after this hook).
+        Grouped keys and values are one per group: the group's first head's receiver."""
+
         def hook(x, name):
             heads = []
-            for h in range(cfg.n_heads):
-                y = (
-                    ln(read(f"a{L}.{h}.{kind}"), f"blocks.{L}.ln1")
-                    @ t[f"blocks.{L}.attn.W_{kind.upper()}"][h]
-                )
+            w = kind.upper()
+            for h in range(0, cfg.n_heads, 1 if kind == "q" else group):
+                i = h if kind == "q" else h // group
+                y = ln(read(f"a{L}.{h}.{kind}"), f"blocks.{L}.ln1")
+                if cfg.shortformer and kind in "qk":
+                    y = y + seen["hook_pos_embed"]
+                y = y @ t[f"blocks.{L}.{attn_weight(cfg, w)}"][i]
                 if cfg.qkv_bias:
-                    y = y + t[f"blocks.{L}.attn.b_{kind.upper()}"][h]
+                    y = y + t[f"blocks.{L}.{attn_weight(cfg, w, 'b')}"][i]
                 heads.append(y)
             return torch.stack(heads, 2)
 
         return hook
 
-    def mlp_hook(L):
+    def mlp_hook(L, weight, bias=True):
         def hook(x, name):
-            x = ln(read(f"m{L}"), f"blocks.{L}.ln2")
-            return x @ t[f"blocks.{L}.mlp.W_in"] + t[f"blocks.{L}.mlp.b_in"]
+            x = ln(read(f"m{L}"), f"blocks.{L}.ln2") @ t[f"blocks.{L}.mlp.{weight}"]
+            return x + t[f"blocks.{L}.mlp.b_in"] if bias else x
 
         return hook
 
     last = f"blocks.{cfg.n_layers - 1}.hook_resid_post"
-    hooks = {"hook_embed": record, "hook_pos_embed": record}
+    hooks = {"hook_embed": record}
+    if not cfg.rotary:
+        hooks["hook_pos_embed"] = record
     for L in range(cfg.n_layers):
         b = f"blocks.{L}."
         hooks[b + "attn.hook_z"] = record
@@ -102,6 +117,10 @@ def hooked_edge_logits(run, graph, tokens, refs, mask):
             hooks[b + f"attn.hook_{kind}"] = qkv_hook(L, kind)
         if graph.mlp[L]:
             hooks[b + "hook_mlp_out"] = record
-            hooks[b + "mlp.hook_pre"] = mlp_hook(L)
+            if cfg.gated_mlp:  # act(x W_gate) * (x W_in) + b_in
+                hooks[b + "mlp.hook_pre"] = mlp_hook(L, "W_gate", bias=False)
+                hooks[b + "mlp.hook_pre_linear"] = mlp_hook(L, "W_in", bias=False)
+            else:
+                hooks[b + "mlp.hook_pre"] = mlp_hook(L, "W_in")
     hooks[last] = lambda x, name: read("logits")
     return run(torch.tensor(tokens), hooks)

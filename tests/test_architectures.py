@@ -386,21 +386,13 @@ def test_config_refuses_what_it_cannot_compute(bad, message):
         ModelConfig(**{**BASE, **bad})
 
 
-@pytest.mark.parametrize("what", ["page", "edges", "landscape", "tlens"])
+@pytest.mark.parametrize("what", ["landscape", "tlens"])
 def test_parts_that_compute_the_classic_block_only_refuse_in_one_line(what):
     cfg = ModelConfig(**{**BASE, **ARCHITECTURES["llama"]})
     params, _, _, _ = random_batch(cfg, S=1)
     model = Transformer(cfg, params.seed(0))
     with pytest.raises(FlatformerError) as err:
-        if what == "page":
-            from flatformer.explorer.export import export_model
-
-            export_model(model, [str(i) for i in range(cfg.d_vocab)])
-        elif what == "edges":
-            from flatformer.edges.graph import EdgeGraph
-
-            EdgeGraph(model)
-        elif what == "landscape":
+        if what == "landscape":
             from flatformer.readout.landscape import output_logits
 
             output_logits(model, np.zeros((1, cfg.d_model)))
@@ -438,3 +430,18 @@ def test_switching_off_positions_a_rotary_model_lacks_is_refused_by_name():
     model = random_model(cfg)
     with pytest.raises(FlatformerError, match="no position embedding to switch off .*rotary"):
         model([1, 2, 3], hooks=positions_off())
+
+
+@pytest.mark.parametrize("name", ["shortformer", "shortformer-mlp"])
+def test_switching_shortformer_positions_off_reaches_q_and_k(name):
+    """hook_pos_embed is what q and k add (TransformerLens passes the hooked positions to its
+    blocks): zeroing it changes the logits, as in the torch bridge."""
+    cfg = ModelConfig(**{**BASE, **ARCHITECTURES[name]})
+    params, tokens, _, _ = random_batch(cfg, S=1)
+    model = Transformer(cfg, params.seed(0))
+    off = {"hook_pos_embed": lambda p, name: np.zeros_like(p)}
+    ours = model(tokens[0], hooks=off)
+    oracle = TorchTransformer(cfg, params.seed(0))
+    theirs = oracle(torch.tensor(tokens[0]), hooks={"hook_pos_embed": lambda p, name: 0 * p})
+    close(ours, theirs.detach().numpy(), 1e-12)
+    assert np.abs(ours - model(tokens[0])).max() > 1e-3

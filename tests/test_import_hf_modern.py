@@ -243,8 +243,10 @@ def test_a_long_context_is_cut_to_the_engines_and_said(tmp_path):
 
 
 def test_every_command_computes_the_model_or_refuses_it_in_one_line(tmp_path):
-    """eval and generate run the reference engine; the views built on the classic block say
-    which features they lack, and never show a traceback."""
+    """eval, generate, circuits and explore compute the model (the edge graph and the page are
+    held to the engine in test_edges_architectures.py and test_page_architectures.py); the
+    views built on the classic block say which features they lack, and never show a
+    traceback."""
     from clitools import assert_one_line_error, cli_here
 
     build("llama").save_pretrained(tmp_path / "m")
@@ -256,11 +258,15 @@ def test_every_command_computes_the_model_or_refuses_it_in_one_line(tmp_path):
     run = tmp_path / "run"
     assert "held-out loss" in cli_here("eval", run).stdout
     assert "generated" in cli_here("generate", run, "--prompt", "1 2 3", "-n", "4").stdout
+    circuits = cli_here("circuits", run, "--prompts", "12", "--json")
+    assert circuits.returncode == 0, circuits.stderr
+    report = json.loads(circuits.stdout)
+    assert "pos" not in report["nodes"] and report["ablated_metric"] > report["clean_metric"]
+    page = cli_here("explore", run, "--out", tmp_path / "page.html")
+    assert page.returncode == 0 and (tmp_path / "page.html").stat().st_size > 10_000, page.stderr
     for command in (
         ["analyze", run],
         ["figures", run, "--out", tmp_path / "figs"],
-        ["explore", run],
-        ["circuits", run],
         ["geometry", run],
         ["graph", run, "--prompt", "1 2 3", "--out", tmp_path / "graph"],
     ):

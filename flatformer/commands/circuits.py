@@ -180,7 +180,6 @@ def circuits(
     """Which edges compute the rule: every edge of the model's graph (tok, pos, heads aL.H with
     receivers q/k/v, MLPs mL, logits) ablated alone, the smallest faithful circuit, and EAP,
     EAP-IG and ACDC scored against the exact effects."""
-    from ..config import require_classic
     from ..edges.report import circuits_report
     from ..store.runs import load_run
 
@@ -189,7 +188,6 @@ def circuits(
     if positions not in READOUTS:
         raise FlatformerError(f"--positions must be last or all, got {positions!r}")
     loaded = load_run(run)
-    require_classic(loaded.cfg, "the edge graph of circuits")
     examples = None
     if prompts.isdigit():
         prompts = whole("--prompts", int(prompts), 1, 1_000_000)

@@ -104,8 +104,8 @@ def explore(
     ),
 ):
     """Write the live explorer: one offline HTML file that recomputes every number in the browser."""
-    from ..config import require_causal, require_classic
-    from ..explorer.export import export_run
+    from ..config import require_causal
+    from ..explorer.export import export_run, require_page
     from ..explorer.page import page_html
     from ..store.runs import load_run
     from ..store.write import output_file, write_file
@@ -114,7 +114,7 @@ def explore(
         limits.port(port)
     loaded = load_run(run)
     require_causal(loaded.cfg, "the explorer page")
-    require_classic(loaded.cfg, "the explorer page")
+    require_page(loaded.cfg)
     if loaded.cfg.n_params > PAGE_MAX_PARAMS:
         raise FlatformerError(
             f"{run}: {loaded.cfg.n_params:,} parameters, more than the explorer page carries "

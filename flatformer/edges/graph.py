@@ -17,6 +17,12 @@ on a corrupted prompt). m_e = 1 keeps the edge, 0 ablates it, and values in betw
 straight line from the ablated to the clean activation (EAP-IG's path). Every edge's ablation is
 a row of one batched forward pass; `backward` gives d metric / d x_r for every receiver and
 d metric / d m_e for every edge in one pass.
+
+The newer architectures compute with the engine's own components (RMSNorm, rotary, the gated
+and SoLU MLPs, local layers' masks). Rotary and shortformer positions are not on the stream, so
+such a model has no `pos` node (each head turns, or adds W_pos to, its own q and k); a parallel
+block's MLP reads the stream its layer's heads read; a grouped head keeps its own k and v
+receivers, computed with its group's weights.
 """
 
 from __future__ import annotations
@@ -25,17 +31,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..config import attn_weight
 from ..engine.components import (
     attention,
     attention_backward,
     embed,
+    gated_mlp,
+    gated_mlp_backward,
     layer_norm,
     layer_norm_backward,
     mlp,
     mlp_backward,
     pos_embed,
+    rms_norm,
+    rms_norm_backward,
+    rotary,
+    rotary_backward,
+    rotary_tables,
+    solu_mlp,
+    solu_mlp_backward,
 )
-from ..config import require_classic
 from ..engine.model import attention_bias
 from ..model.transformer import Transformer
 
@@ -58,12 +73,15 @@ class EdgeGraph:
 
     def __init__(self, model: Transformer):
         cfg = model.cfg
-        require_classic(cfg, "the edge graph of circuits")
         self.cfg, self.t = cfg, model.tensors
         self.mlp = [f"blocks.{L}.mlp.W_in" in self.t for L in range(cfg.n_layers)]
         self.final_ln = "ln_final.w" in self.t
-        senders, receivers, edges = ["tok", "pos"], [], []
+        # Rotary positions turn q and k; shortformer positions are added to q and k's inputs:
+        # neither is in the stream, so neither is a sender (each head computes them itself).
+        in_stream = not (cfg.rotary or cfg.shortformer)
+        senders, receivers, edges = ["tok", "pos"] if in_stream else ["tok"], [], []
         for L in range(cfg.n_layers):
+            before = senders
             heads = [f"a{L}.{h}" for h in range(cfg.n_heads)]
             for head in heads:
                 for kind in "qkv":
@@ -71,8 +89,10 @@ class EdgeGraph:
                     edges += [(s, f"{head}.{kind}") for s in senders]
             senders = senders + heads
             if self.mlp[L]:
+                # A parallel block's MLP reads the stream its heads read, not their outputs.
+                readers = before if cfg.parallel_attn_mlp else senders
                 receivers.append(f"m{L}")
-                edges += [(s, f"m{L}") for s in senders]
+                edges += [(s, f"m{L}") for s in readers]
                 senders = senders + [f"m{L}"]
         receivers.append("logits")
         edges += [(s, "logits") for s in senders]
@@ -85,10 +105,9 @@ class EdgeGraph:
 
     def _bias_before(self, r: str):
         node = self.node_of(r)
+        after_heads = node[0] == "m" and not self.cfg.parallel_attn_mlp
         layers = (
-            self.cfg.n_layers
-            if node == "logits"
-            else int(node[1:].split(".")[0]) + (node[0] == "m")
+            self.cfg.n_layers if node == "logits" else int(node[1:].split(".")[0]) + after_heads
         )
         biases = [
             self.t[f"blocks.{L}.attn.b_O"]
@@ -165,12 +184,13 @@ class EdgeGraph:
         masks = np.atleast_2d(np.asarray(masks, dtype=float))
         tr = Trace(masks, refs, edge_refs or {}, shape=(len(masks), B, T, d))
         tr.outs["tok"] = embed(t["embed.W_E"], tokens)[None]
-        tr.outs["pos"] = pos_embed(t["pos_embed.W_pos"], tokens[None])
+        if "pos" in self.senders:
+            tr.outs["pos"] = pos_embed(t["pos_embed.W_pos"], tokens[None])
         for L in range(cfg.n_layers):
             b = f"blocks.{L}."
             # Only the logits (and a last MLP, there too) read the last layer's heads: with
             # `positions` each of them attends from the query at the position alone.
-            at, mask = self._queries(positions if L == cfg.n_layers - 1 else None, T)
+            at, mask = self._queries(positions if L == cfg.n_layers - 1 else None, T, L)
             for h in range(cfg.n_heads):
                 head = f"a{L}.{h}"
                 saved, qkv = {}, []
@@ -178,11 +198,17 @@ class EdgeGraph:
                     x = self._read(f"{head}.{kind}", tr, at if kind == "q" else None)
                     if kind == "q" and at is not None:
                         x = x[:, :, None]  # (E, B, 1, d): one query each
-                    if cfg.normalization == "pre_ln":
-                        x, *saved["ln_" + kind] = layer_norm(x, t[b + "ln1.w"], t[b + "ln1.b"])
-                    y = x @ t[b + f"attn.W_{kind.upper()}"][h]
-                    if cfg.qkv_bias:
-                        y = y + t[b + f"attn.b_{kind.upper()}"][h]
+                    if cfg.pre_norm:
+                        x, *saved["ln_" + kind] = self._norm(x, b + "ln1")
+                    where = at if kind == "q" else None
+                    if cfg.shortformer and kind in "qk":  # positions join q and k's inputs
+                        x = x + self._positions(T, where)
+                    W, bias = self._qkv_weights(L, h, kind)
+                    y = x @ W
+                    if bias is not None:
+                        y = y + bias
+                    if cfg.rotary and kind in "qk":
+                        y = rotary(y, *self._angles(T, where), cfg.rotary_adjacent_pairs)
                     if kind != "q" and at is not None:
                         y = y[:, at[0]]  # each query's prompt (a prompt may be read at many)
                     qkv.append(y)
@@ -197,9 +223,9 @@ class EdgeGraph:
                 only_there = positions is not None and L == cfg.n_layers - 1
                 x = self._read(f"m{L}", tr, positions if only_there else None)
                 saved = {}
-                if cfg.normalization == "pre_ln":
-                    x, *saved["ln"] = layer_norm(x, t[b + "ln2.w"], t[b + "ln2.b"])
-                out, saved["mlp"] = mlp(x, *self._mlp_weights(L), cfg.act_fn)
+                if cfg.pre_norm:
+                    x, *saved["ln"] = self._norm(x, b + "ln2")
+                out, saved["mlp"] = self._mlp(x, L)
                 saved["x"] = x
                 tr.saved[f"m{L}"] = saved
                 if only_there:
@@ -208,24 +234,81 @@ class EdgeGraph:
         x = self._read("logits", tr, positions)
         tr.positions = positions
         if self.final_ln:
-            x, *tr.saved["logits"] = layer_norm(x, t["ln_final.w"], t["ln_final.b"])
+            x, *tr.saved["logits"] = self._norm(x, "ln_final")
         logits = x @ t["unembed.W_U"]
         if "unembed.b_U" in t:
             logits = logits + t["unembed.b_U"]
         return logits, tr
 
-    def _queries(self, positions, T):
-        """The queries a layer attends from: every position, with the engine's attention bias
-        (T, T) (the causal mask, or zeros for a model that attends both ways); or with
-        `positions` = (rows, index) the one at index[b] of each prompt b, with its row of the
-        bias (B, 1, T)."""
+    def _queries(self, positions, T, L=0):
+        """The queries layer L attends from: every position, with the engine's attention bias
+        (T, T) (the causal mask, a local layer's window, or zeros for a model that attends
+        both ways); or with `positions` = (rows, index) the one at index[b] of each prompt b,
+        with its row of the bias (B, 1, T)."""
         if positions is None:
-            return None, attention_bias(self.cfg, T, np.float64)
-        return positions, attention_bias(self.cfg, T, np.float64, positions[1])[:, None]
+            return None, attention_bias(self.cfg, T, np.float64, layer=L)
+        return positions, attention_bias(self.cfg, T, np.float64, positions[1], L)[:, None]
+
+    def _norm(self, x, name):
+        """The engine's LayerNorm (or RMSNorm) `name` on x: (y, x_hat, scale)."""
+        t, cfg = self.t, self.cfg
+        if cfg.norm_kind == "rms":
+            return rms_norm(x, t[name + ".w"], cfg.eps)
+        return layer_norm(x, t[name + ".w"], t[name + ".b"], cfg.eps)
+
+    def _norm_backward(self, dy, saved, name):
+        """dx through `_norm`, given its saved (x_hat, scale)."""
+        backward = rms_norm_backward if self.cfg.norm_kind == "rms" else layer_norm_backward
+        return backward(dy, *saved, self.t[name + ".w"])[0]
+
+    def _qkv_weights(self, L, h, kind):
+        """W and b (or None) head h of layer L computes its `kind` (q, k, v) with: grouped keys
+        and values are those of the head's group, h // (n_heads / n_kv_heads)."""
+        cfg, b = self.cfg, f"blocks.{L}."
+        w = kind.upper()
+        i = h if kind == "q" else h // (cfg.n_heads // cfg.n_kv_heads)
+        bias = self.t[b + attn_weight(cfg, w, "b")][i] if cfg.qkv_bias else None
+        return self.t[b + attn_weight(cfg, w)][i], bias
+
+    def _positions(self, T, at=None):
+        """Shortformer's W_pos rows: (T, d), or (B, 1, d) at the queries `at` = (rows, index)."""
+        W_pos = self.t["pos_embed.W_pos"]
+        return W_pos[:T] if at is None else W_pos[at[1]][:, None]
+
+    def _angles(self, T, at=None):
+        """Rotary positions' (cos, sin): (T, r), or (B, 1, r) at the queries `at`."""
+        cfg = self.cfg
+        cos, sin = rotary_tables(
+            T, cfg.rotated_dims, float(cfg.rotary_base), cfg.rotary_adjacent_pairs
+        )
+        return (cos, sin) if at is None else (cos[at[1]][:, None], sin[at[1]][:, None])
 
     def _mlp_weights(self, L):
         b = f"blocks.{L}.mlp."
         return tuple(self.t[b + w] for w in ("W_in", "b_in", "W_out", "b_out"))
+
+    def _mlp(self, x, L):
+        """MLP L on x as the engine computes it (plain, gated or SoLU): (out, saved)."""
+        cfg, b = self.cfg, f"blocks.{L}.mlp."
+        W_in, b_in, W_out, b_out = self._mlp_weights(L)
+        if cfg.gated_mlp:
+            return gated_mlp(x, self.t[b + "W_gate"], W_in, b_in, W_out, b_out, cfg.act_fn)
+        if cfg.act_fn == "solu_ln":
+            ln = self.t[b + "ln.w"], self.t[b + "ln.b"]
+            return solu_mlp(x, W_in, b_in, *ln, W_out, b_out, cfg.eps)
+        return mlp(x, W_in, b_in, W_out, b_out, cfg.act_fn)
+
+    def _mlp_backward(self, dy, x, L, saved):
+        """dx through `_mlp`, given its input and what it saved."""
+        cfg, b = self.cfg, f"blocks.{L}.mlp."
+        W_in, b_in, W_out, b_out = self._mlp_weights(L)
+        if cfg.gated_mlp:
+            W_gate = self.t[b + "W_gate"]
+            return gated_mlp_backward(dy, x, W_gate, W_in, b_in, W_out, b_out, cfg.act_fn, saved)[0]
+        if cfg.act_fn == "solu_ln":
+            ln = self.t[b + "ln.w"], self.t[b + "ln.b"]
+            return solu_mlp_backward(dy, x, W_in, b_in, *ln, W_out, b_out, saved)[0]
+        return mlp_backward(dy, x, W_in, b_in, W_out, b_out, cfg.act_fn, saved)[0]
 
     @staticmethod
     def _scatter(values, positions, shape):
@@ -267,7 +350,7 @@ class EdgeGraph:
 
         dx = dlogits @ t["unembed.W_U"].T
         if self.final_ln:
-            dx = layer_norm_backward(dx, *tr.saved["logits"], t["ln_final.w"])[0]
+            dx = self._norm_backward(dx, tr.saved["logits"], "ln_final")
         if tr.positions is not None:
             dx = self._scatter(dx, tr.positions, tr.shape)
         grads["logits"] = dx
@@ -281,11 +364,9 @@ class EdgeGraph:
                 dy = dout[f"m{L}"]
                 if only_there:
                     dy = dy[:, tr.positions[0], tr.positions[1]]
-                dx, _ = mlp_backward(
-                    dy, saved["x"], *self._mlp_weights(L), cfg.act_fn, saved["mlp"]
-                )
-                if cfg.normalization == "pre_ln":
-                    dx = layer_norm_backward(dx, *saved["ln"], t[b + "ln2.w"])[0]
+                dx = self._mlp_backward(dy, saved["x"], L, saved["mlp"])
+                if cfg.pre_norm:
+                    dx = self._norm_backward(dx, saved["ln"], b + "ln2")
                 grads[f"m{L}"] = self._scatter(dx, tr.positions, tr.shape) if only_there else dx
                 send(f"m{L}")
             for h in reversed(range(cfg.n_heads)):
@@ -305,12 +386,16 @@ class EdgeGraph:
                     coeff=cfg.attn_coeff,
                     bias=saved["bias"],
                 )
+                T = tr.shape[2]
                 for kind, dy in zip("qkv", dqkv):
+                    where = at if kind == "q" else None
                     if kind != "q" and at is not None:
                         dy = self._sum_rows(dy, at[0], B)
-                    dx = dy @ t[b + f"attn.W_{kind.upper()}"][h].T
-                    if cfg.normalization == "pre_ln":
-                        dx = layer_norm_backward(dx, *saved["ln_" + kind], t[b + "ln1.w"])[0]
+                    if cfg.rotary and kind in "qk":
+                        dy = rotary_backward(dy, *self._angles(T, where), cfg.rotary_adjacent_pairs)
+                    dx = dy @ self._qkv_weights(L, h, kind)[0].T
+                    if cfg.pre_norm:
+                        dx = self._norm_backward(dx, saved["ln_" + kind], b + "ln1")
                     if kind == "q" and at is not None:
                         dx = self._scatter(dx[:, :, 0], at, tr.shape)
                     grads[f"{head}.{kind}"] = dx

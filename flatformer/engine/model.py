@@ -197,9 +197,9 @@ def forward(
         W_qkv = qkv_weights(params, b)
         qkv = linear(attn_in.reshape(S, N, d), W_qkv, qkv_biases(params, b))
         if cfg.shortformer:  # q and k read ln1(stream) + p: p W added to their columns
-            qk = (H + Hkv) * dh
+            qk = (H + Hkv) * dh  # p as hook_pos_embed left it (a hook may switch it off)
             qkv = qkv.reshape(S, B, T, -1)
-            qkv[..., :qk] += linear(params["pos_embed.W_pos"][:, None, :T], W_qkv[:, None, :, :qk])
+            qkv[..., :qk] += linear(p, W_qkv[:, None, :, :qk])
         q, k, v = [
             hook(b + f"attn.hook_{w}", t)
             for w, t in zip("qkv", split_qkv(qkv.reshape(S, B, T, -1), H, Hkv, dh))

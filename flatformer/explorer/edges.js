@@ -5,12 +5,14 @@
 
 const FlatEdges = (() => {
   const FM = typeof FlatModel !== "undefined" ? FlatModel : require("./model.js");
-  const {attnOnly, zeros, vecMat, attendHead, project, attnInput, mlp, unembed, checkTokens} = FM;
+  const {attnOnly, rotary, shortformer, parallel, windowOf, zeros, vecMat, attendHead, project, turn, attnInput, mlp, unembed, checkTokens} = FM;
 
   function edgeGraph(cfg) {
-    let senders = ["tok", "pos"];
+    // rotary positions turn q and k, shortformer ones join their inputs: neither is a sender
+    let senders = rotary(cfg) || shortformer(cfg) ? ["tok"] : ["tok", "pos"];
     const receivers = [], edges = [];
     for (let l = 0; l < cfg.n_layers; l++) {
+      const before = senders;
       const heads = Array.from({length: cfg.n_heads}, (_, h) => `a${l}.${h}`);
       for (const head of heads) {
         for (const kind of "qkv") {
@@ -21,7 +23,7 @@ const FlatEdges = (() => {
       senders = senders.concat(heads);
       if (attnOnly(cfg)) continue;
       receivers.push(`m${l}`);
-      for (const s of senders) edges.push([s, `m${l}`]);
+      for (const s of parallel(cfg) ? before : senders) edges.push([s, `m${l}`]);  // parallel: e
       senders = senders.concat([`m${l}`]);
     }
     receivers.push("logits");
@@ -41,16 +43,17 @@ const FlatEdges = (() => {
     checkTokens(cfg, tokens);
     const g = edgeGraph(cfg), T = tokens.length, d = cfg.d_model, dh = cfg.d_head;
     const coeff = cfg.attn_coeff === undefined ? 1 : cfg.attn_coeff;  // Zhong et al.'s rate
-    const WE = w["embed.W_E"].data, WP = w["pos_embed.W_pos"].data;
-    const outs = {
-      tok: tokens.map((t) => Array.from(WE.subarray(t * d, t * d + d))),
-      pos: tokens.map((_, i) => Array.from(WP.subarray(i * d, i * d + d))),
-    };
+    const WE = w["embed.W_E"].data;
+    const outs = {tok: tokens.map((t) => Array.from(WE.subarray(t * d, t * d + d)))};
+    const WP = rotary(cfg) ? null : w["pos_embed.W_pos"].data;
+    const posAt = (i) => Array.from(WP.subarray(i * d, i * d + d));
+    if (g.senders.includes("pos")) outs.pos = tokens.map((_, i) => posAt(i));
     // The attention output biases b_O of every layer before a receiver's node are on the
     // stream it reads (graph.py's bias_before): no edge carries them, so none ablates them.
     const biasBefore = (r) => {
       const node = r.replace(/\.[qkv]$/, "");
-      const layers = node === "logits" ? cfg.n_layers : Number(node.slice(1).split(".")[0]) + (node[0] === "m" ? 1 : 0);
+      const after = node[0] === "m" && !parallel(cfg);
+      const layers = node === "logits" ? cfg.n_layers : Number(node.slice(1).split(".")[0]) + (after ? 1 : 0);
       const b = zeros(d);
       for (let l = 0; l < layers; l++) {
         const bO = w[`blocks.${l}.attn.b_O`];
@@ -72,13 +75,16 @@ const FlatEdges = (() => {
       for (let h = 0; h < cfg.n_heads; h++) {
         const head = `a${l}.${h}`, qkv = {};
         for (const which of "QKV") {
+          const withPos = shortformer(cfg) && which !== "V";  // shortformer: ln1(x) + p
           qkv[which] = read(`${head}.${which.toLowerCase()}`)
-            .map((x) => project(model, l, which, attnInput(model, l, x), h));
+            .map((x, i) => attnInput(model, l, x).map((a, c) => (withPos ? a + WP[i * d + c] : a)))
+            .map((x) => project(model, l, which, x, h))
+            .map((y, i) => (which === "V" ? y : turn(cfg, y, i)));
         }
         // model.js's attention on this head alone ([T][1][dh] flat), its inputs read apart
         const [q, k, v] = ["Q", "K", "V"].map((x) => Float64Array.from(qkv[x].flat()));
         const scores = new Float64Array(T * T), pattern = new Float64Array(T * T), zf = new Float64Array(T * dh);
-        attendHead(q, k, v, T, 1, dh, 0, 1, scores, pattern, zf, coeff);
+        attendHead(q, k, v, T, 1, dh, 0, 1, scores, pattern, zf, coeff, 1, 0, windowOf(cfg, l));
         const z = Array.from({length: T}, (_, i) => Array.from(zf.subarray(i * dh, (i + 1) * dh)));
         outs[head] = z.map((zi) => {
           if (cfg.attn_out) return vecMat(zi, w[`blocks.${l}.attn.W_O`].data, h * dh * d, dh, d);

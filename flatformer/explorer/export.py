@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.circuits import TOP_K
-from ..config import ModelConfig, require_classic
+from ..config import ModelConfig
 from ..tasks.windows import TaskData, evenly_spaced
 from ..errors import FlatformerError
 from ..engine.model import Params, hook_names
@@ -35,6 +35,24 @@ NUMBER_BUDGET = 250_000  # weights carried at most (2 MB of float64) unless aske
 
 
 DTYPES = {"float64": "<f8", "float32": "<f4"}
+
+# What explorer/model.js computes beyond the classic GPT-2 block (config.newer_features's words),
+# and any normalisation eps: a feature the engine learns later is refused until the page has it.
+PAGE_FEATURES = (
+    "RMSNorm", "rotary positions", "shortformer positions", "gated MLP",
+    "parallel attention and MLP", "grouped-query attention", "SiLU", "SoLU", "local attention",
+)  # fmt: skip
+
+
+def require_page(cfg: ModelConfig) -> None:
+    """One line refusing a model with features the page's forward pass does not compute."""
+    missing = [
+        f for f in cfg.newer_features() if f not in PAGE_FEATURES and not f.startswith("eps ")
+    ]
+    if missing:
+        raise FlatformerError(
+            f"the explorer page does not compute {', '.join(missing)}, which this model has"
+        )
 
 
 def pack(array: np.ndarray, dtype: str = "float64") -> str:
@@ -139,8 +157,7 @@ def build_export(
     opens on `demo_tokens` when given (the task's own reading of its demo or of a prompt), else
     on `demo` read as space-separated vocabulary words; `input_note` is shown under its input
     box."""
-    # explorer/model.js computes the classic block only
-    require_classic(cfg, "the explorer page")
+    require_page(cfg)
     vocab = check_vocab(cfg, vocab)
     steps = [s for s, _ in checkpoints]
     if step not in steps:

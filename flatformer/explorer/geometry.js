@@ -25,10 +25,13 @@ const Geometry = {
 
     const allSums = (model, posOff) => memo(`sums:${model.step}:${posOff}`, () => sumsOf(model, posOff));
     function sumsOf(model, posOff) {
-      const d = cfg.d_model, WE = model.w["embed.W_E"].data, WP = model.w["pos_embed.W_pos"].data, pts = [];
+      // rotary positions: no W_pos, e = x at every position (positions turn q and k instead);
+      // shortformer ones join q and k's inputs (allQK), not the stream
+      const d = cfg.d_model, WE = model.w["embed.W_E"].data, W = model.w["pos_embed.W_pos"], pts = [];
+      const WP = W && !posOff && !M.shortformer(cfg) ? W.data : null;
       for (let t = 0; t < cfg.n_ctx; t++) {
         for (let v = 0; v < V; v++) {
-          pts.push({v, t, e: Array.from({length: d}, (_, i) => WE[v * d + i] + (posOff ? 0 : WP[t * d + i]))});
+          pts.push({v, t, e: Array.from({length: d}, (_, i) => WE[v * d + i] + (WP ? WP[t * d + i] : 0))});
         }
       }
       return pts;
@@ -38,7 +41,7 @@ const Geometry = {
       const state = env.state();
       const w = c.model.w, d = cfg.d_model;
       const tokens = Array.from({length: V}, (_, v) => Array.from(w["embed.W_E"].data.subarray(v * d, v * d + d)));
-      const positions = Array.from({length: cfg.n_ctx}, (_, t) => Array.from(w["pos_embed.W_pos"].data.subarray(t * d, t * d + d)));
+      const positions = planes.positions ? Array.from({length: cfg.n_ctx}, (_, t) => Array.from(w["pos_embed.W_pos"].data.subarray(t * d, t * d + d))) : null;
       const sums = allSums(c.model, state.pos);
       const geometry = {step: state.step};
       {
@@ -49,7 +52,7 @@ const Geometry = {
         geometry.tokens = xy;
         geometry.tokenColours = xy.map((_, v) => colourOf(v));
       }
-      {
+      if (positions) {
         const pl = planes.positions, plane = M.pca2(positions), xy = positions.map((x) => M.projectPlane(plane, x));
         pl.begin(Plane.bounds(xy)); pl.axes();
         pl.line(xy, "rgba(89,99,110,0.6)", 1.2);
@@ -79,10 +82,12 @@ const Geometry = {
 
     function allQK(model, l, hd, posOff) {
       return memo(`qk:${model.step}:${l}:${hd}:${posOff}`, () => {
-        const pts = allSums(model, posOff);
+        const pts = allSums(model, posOff), WP = M.shortformer(cfg) ? model.w["pos_embed.W_pos"].data : null;
         return pts.map((s) => {
-          const a = M.attnInput(model, 0, s.e);
-          return {v: s.v, t: s.t, q: M.project(model, 0, "Q", a, hd), k: M.project(model, 0, "K", a, hd)};
+          let a = M.attnInput(model, 0, s.e);
+          if (M.shortformer(cfg) && !posOff) a = a.map((x, i) => x + WP[s.t * cfg.d_model + i]);
+          return {v: s.v, t: s.t, q: M.turn(cfg, M.project(model, 0, "Q", a, hd), s.t),
+            k: M.turn(cfg, M.project(model, 0, "K", a, hd), s.t)};
         });
       });
     }
@@ -90,7 +95,9 @@ const Geometry = {
     function drawQK(pl, c, l, hd, qi) {
       const state = env.state();
       const b = `blocks.${l}.attn.`, cache = c.run.cache, dh = cfg.d_head;
-      const keys = cache[b + "hook_k"].map((r) => r[hd]), queries = cache[b + "hook_q"].map((r) => r[hd]);
+      const turned = M.rotary(cfg) ? "rot_" : "";  // the q and k the scores are made of
+      const kv = Math.floor(hd / (cfg.n_heads / M.kvHeads(cfg)));   // the head's group's keys
+      const keys = cache[b + `hook_${turned}k`].map((r) => r[kv]), queries = cache[b + `hook_${turned}q`].map((r) => r[hd]);
       const q = queries[qi];
       const backdrop = l === 0 ? allQK(c.model, l, hd, state.pos) : null;
       const cloud = backdrop ? backdrop.flatMap((p) => [p.q, p.k]) : keys.concat(queries);

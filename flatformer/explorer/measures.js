@@ -22,7 +22,8 @@ const FlatMeasures = (() => {
   // argmax token and entropy (nats) per cell, row 0 at the top (y1). model.js's pieces on
   // arrays allocated once: it runs on every checkpoint change.
   function outputGrid(model, plane, bounds, G, mlpOn = true) {
-    if (attnOnly(model.cfg) || model.cfg.ln_final) return outputGridPlain(model, plane, bounds, G, mlpOn);
+    const cfg0 = model.cfg;
+    if (attnOnly(cfg0) || cfg0.ln_final || FM.rms(cfg0) || FM.gated(cfg0) || FM.solu(cfg0)) return outputGridPlain(model, plane, bounds, G, mlpOn);
     const {cfg, w} = model, d = cfg.d_model, m = cfg.d_mlp, V = vocabOut(cfg);
     const l = cfg.n_layers - 1, b = `blocks.${l}.`, ln = cfg.normalization === "pre_ln";
     const Win = w[b + "mlp.W_in"].data, bin = w[b + "mlp.b_in"].data;
@@ -59,7 +60,7 @@ const FlatMeasures = (() => {
   }
 
   // outputGrid through `outputMap`, for the models its unrolled loop does not cover (no MLP,
-  // or a final LayerNorm).
+  // a final norm, RMSNorm or a gated MLP).
   function outputGridPlain(model, plane, bounds, G, mlpOn) {
     const argmax = new Int32Array(G * G), ent = new Float64Array(G * G);
     for (let r = 0; r < G; r++) {
@@ -192,9 +193,13 @@ const FlatMeasures = (() => {
   // A head's circuits: QK = W_Q W_K^T (d x d) and OV = W_V W_O (d x d), or W_V without W_O.
   function circuits(model, layer, h, k = 3) {
     const {cfg, w} = model, d = cfg.d_model, dh = cfg.d_head, b = `blocks.${layer}.attn.`;
-    const mat = (name) => Array.from({length: d}, (_, i) =>
-      Array.from(w[b + name].data.subarray((h * d + i) * dh, (h * d + i + 1) * dh)));
-    const WQ = mat("W_Q"), WK = mat("W_K"), WV = mat("W_V");
+    // grouped keys and values: the head's group's (attn._W_K, attn._W_V)
+    const g = Math.floor(h / (cfg.n_heads / FM.kvHeads(cfg)));
+    const mat = (x) => Array.from({length: d}, (_, i) => {
+      const data = w[`blocks.${layer}.${FM.attnWeight(cfg, x)}`].data, hh = x === "Q" ? h : g;
+      return Array.from(data.subarray((hh * d + i) * dh, (hh * d + i + 1) * dh));
+    });
+    const WQ = mat("Q"), WK = mat("K"), WV = mat("V");
     const QK = WQ.map((qi) => WK.map((kj) => qi.reduce((s, v, c) => s + v * kj[c], 0)));
     let OV = WV;
     if (cfg.attn_out) {

@@ -31,6 +31,22 @@ const FlatModel = (() => {
   }
   // d_mlp = 0: attention-only blocks (no MLP, no ln2, no hook_resid_mid), as in model.py.
   const attnOnly = (cfg) => cfg.d_mlp === 0;
+  // The newer architectures' fields, absent from a config at their defaults (config.py's
+  // LATER_DEFAULTS): RMSNorm, rotary positions (q and k turned, no W_pos), gated MLPs.
+  const preNorm = (cfg) => cfg.normalization === "pre_ln" || cfg.normalization === "pre_rms";
+  const rms = (cfg) => cfg.normalization === "pre_rms";
+  const rotary = (cfg) => cfg.positional_embedding_type === "rotary";
+  const gated = (cfg) => !!cfg.gated_mlp;
+  const shortformer = (cfg) => cfg.positional_embedding_type === "shortformer";
+  const parallel = (cfg) => !!cfg.parallel_attn_mlp;
+  const solu = (cfg) => cfg.act_fn === "solu_ln" && !attnOnly(cfg);
+  // Heads of keys and values (grouped-query attention: fewer, each shared by a group of query
+  // heads); TransformerLens names their weights attn._W_K, attn._W_V (config.attn_weight).
+  const kvHeads = (cfg) => cfg.n_key_value_heads || cfg.n_heads;
+  const attnWeight = (cfg, w, kind = "W") => `attn.${kvHeads(cfg) !== cfg.n_heads && w !== "Q" ? "_" : ""}${kind}_${w}`;
+  // The keys a query of layer l reads: window_size in a local layer (GPT-Neo's), else 0 (all).
+  const windowOf = (cfg, l) => (cfg.attn_types && cfg.attn_types[l] === "local" ? cfg.window_size : 0);
+  const epsOf = (cfg) => (cfg.eps === undefined ? constants().LN_EPS : cfg.eps);
   // The number of logits: d_vocab_out (imported models) or d_vocab, as config.py's vocab_out.
   const vocabOut = (cfg) => cfg.d_vocab_out || cfg.d_vocab;
 
@@ -57,20 +73,25 @@ const FlatModel = (() => {
   function paramShapes(cfg) {
     const d = cfg.d_model, h = cfg.n_heads, dh = cfg.d_head, m = cfg.d_mlp, v = cfg.d_vocab;
     const vOut = vocabOut(cfg);
-    const shapes = [["embed.W_E", [v, d]], ["pos_embed.W_pos", [cfg.n_ctx, d]]];
+    const shapes = [["embed.W_E", [v, d]]];
+    if (!rotary(cfg)) shapes.push(["pos_embed.W_pos", [cfg.n_ctx, d]]);
+    const norm = (name) => shapes.push(...(rms(cfg) ? [[name + ".w", [d]]] : [[name + ".w", [d]], [name + ".b", [d]]]));
     for (let l = 0; l < cfg.n_layers; l++) {
       const b = `blocks.${l}.`;
-      if (cfg.normalization === "pre_ln") shapes.push([b + "ln1.w", [d]], [b + "ln1.b", [d]]);
-      for (const x of "QKV") shapes.push([b + `attn.W_${x}`, [h, d, dh]]);
-      if (cfg.qkv_bias) for (const x of "QKV") shapes.push([b + `attn.b_${x}`, [h, dh]]);
+      if (preNorm(cfg)) norm(b + "ln1");
+      const heads = (x) => (x === "Q" ? h : kvHeads(cfg));
+      for (const x of "QKV") shapes.push([b + attnWeight(cfg, x), [heads(x), d, dh]]);
+      if (cfg.qkv_bias) for (const x of "QKV") shapes.push([b + attnWeight(cfg, x, "b"), [heads(x), dh]]);
       if (cfg.attn_out) shapes.push([b + "attn.W_O", [h, dh, d]]);
       if (cfg.attn_out_bias) shapes.push([b + "attn.b_O", [d]]);
       if (attnOnly(cfg)) continue;
-      if (cfg.normalization === "pre_ln") shapes.push([b + "ln2.w", [d]], [b + "ln2.b", [d]]);
-      shapes.push([b + "mlp.W_in", [d, m]], [b + "mlp.b_in", [m]],
-                  [b + "mlp.W_out", [m, d]], [b + "mlp.b_out", [d]]);
+      if (preNorm(cfg)) norm(b + "ln2");
+      if (gated(cfg)) shapes.push([b + "mlp.W_gate", [d, m]]);
+      shapes.push([b + "mlp.W_in", [d, m]], [b + "mlp.b_in", [m]]);
+      if (solu(cfg)) shapes.push([b + "mlp.ln.w", [m]], [b + "mlp.ln.b", [m]]);
+      shapes.push([b + "mlp.W_out", [m, d]], [b + "mlp.b_out", [d]]);
     }
-    if (cfg.ln_final) shapes.push(["ln_final.w", [d]], ["ln_final.b", [d]]);
+    if (cfg.ln_final) norm("ln_final");
     shapes.push(["unembed.W_U", [d, vOut]]);
     if (cfg.unembed_bias) shapes.push(["unembed.b_U", [vOut]]);
     return shapes;
@@ -112,6 +133,34 @@ const FlatModel = (() => {
     return scale;
   }
 
+  // RMSNorm of the row x[xo, xo + d): x_hat = x / scale into xhat, x_hat w into out; returns
+  // scale = sqrt(mean x^2 + eps), TransformerLens's hook_scale.
+  function rmsRow(x, xo, d, w, wo, xhat, out, eps) {
+    let v = 0;
+    for (let c = 0; c < d; c++) v += x[xo + c] * x[xo + c];
+    const scale = Math.sqrt(v / d + eps);
+    for (let c = 0; c < d; c++) {
+      xhat[xo + c] = x[xo + c] / scale;
+      out[xo + c] = xhat[xo + c] * w[wo + c];
+    }
+    return scale;
+  }
+
+  // Rotary positions (RoPE, Su et al. 2021) on the first r dims of each head's row
+  // x[xo, xo + dh) at position t, into out: pair i turned by t / base^(2i / r). The pairs are
+  // the two halves (i, i + r / 2) or, adjacent, neighbours (2i, 2i + 1); dims past r pass.
+  function rotaryRow(x, xo, dh, t, r, base, adjacent, out, oo) {
+    const half = r / 2;
+    for (let i = 0; i < half; i++) {
+      const angle = t / Math.pow(base, (2 * i) / r), c = Math.cos(angle), s = Math.sin(angle);
+      const a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+      const xa = x[xo + a], xb = x[xo + b];
+      out[oo + a] = xa * c - xb * s;
+      out[oo + b] = xb * c + xa * s;
+    }
+    for (let e = r; e < dh; e++) out[oo + e] = x[xo + e];
+  }
+
   // The row x[xo, xo + rows) through the [rows, cols] matrix stored row-major at W[Wo..], plus
   // the bias b[bo..] (none when bo < 0), into out[oo, oo + cols).
   function linearRow(x, xo, rows, W, Wo, cols, b, bo, out, oo) {
@@ -130,6 +179,10 @@ const FlatModel = (() => {
   // GELU x (1 + erf(x / sqrt 2)) / 2 (imported models).
   function act(cfg, x) {
     if (cfg.act_fn === "relu") return x > 0 ? x : 0;
+    if (cfg.act_fn === "silu") {                   // x sigmoid(x), as exp(-log(1 + e^-x))
+      const softplus = x >= 0 ? Math.log1p(Math.exp(-x)) : -x + Math.log1p(Math.exp(x));
+      return x * Math.exp(-softplus);
+    }
     if (cfg.act_fn === "gelu_erf") return 0.5 * x * (1 + erf(x / Math.SQRT2));
     return 0.5 * x * (1 + geluTanh(x, constants().GELU_C));
   }
@@ -150,15 +203,16 @@ const FlatModel = (() => {
 
   // Causal attention of head h: scores = q k^T / sqrt(dh) (times beta, the knob), masked
   // entries -inf; pattern = softmax(scores) by row, the maximum subtracted first so tiny
-  // temperatures never overflow; z = pattern v. q, k, v, z are [T][H][dh] and scores, pattern
-  // [H][T][T], all flat; the masked entries (j > i) are left as they are.
-  function attendHead(q, k, v, T, H, dh, h, beta, scores, pattern, z, coeff = 1) {
+  // temperatures never overflow; z = pattern v. q, z are [T][H][dh], k, v [T][Hk][dh] (head hk:
+  // grouped keys and values) and scores, pattern [H][T][T], all flat; the masked entries (j > i,
+  // and in a local layer j <= i - window) are left as they are.
+  function attendHead(q, k, v, T, H, dh, h, beta, scores, pattern, z, coeff = 1, Hk = H, hk = h, window = 0) {
     const sq = Math.sqrt(dh);
     for (let i = 0; i < T; i++) {
-      const row = (h * T + i) * T, qo = (i * H + h) * dh;
+      const row = (h * T + i) * T, qo = (i * H + h) * dh, lo = window ? Math.max(0, i - window + 1) : 0;
       let mx = -Infinity;
-      for (let j = 0; j <= i; j++) {
-        const ko = (j * H + h) * dh;
+      for (let j = lo; j <= i; j++) {
+        const ko = (j * Hk + hk) * dh;
         let s = 0;
         for (let e = 0; e < dh; e++) s += q[qo + e] * k[ko + e];
         s /= sq;
@@ -167,13 +221,13 @@ const FlatModel = (() => {
         if (s > mx) mx = s;
       }
       let tot = 0;
-      for (let j = 0; j <= i; j++) { const ex = Math.exp(scores[row + j] - mx); pattern[row + j] = ex; tot += ex; }
-      for (let j = 0; j <= i; j++) pattern[row + j] /= tot;
+      for (let j = lo; j <= i; j++) { const ex = Math.exp(scores[row + j] - mx); pattern[row + j] = ex; tot += ex; }
+      for (let j = lo; j <= i; j++) pattern[row + j] /= tot;
       // Zhong et al.'s attention rate: coeff softmax + (1 - coeff) on every key read
-      if (coeff !== 1) for (let j = 0; j <= i; j++) pattern[row + j] = coeff * pattern[row + j] + (1 - coeff);
+      if (coeff !== 1) for (let j = lo; j <= i; j++) pattern[row + j] = coeff * pattern[row + j] + (1 - coeff);
       for (let e = 0; e < dh; e++) {
         let s = 0;
-        for (let j = 0; j <= i; j++) s += pattern[row + j] * v[(j * H + h) * dh + e];
+        for (let j = lo; j <= i; j++) s += pattern[row + j] * v[(j * Hk + hk) * dh + e];
         z[qo + e] = s;
       }
     }
@@ -197,8 +251,9 @@ const FlatModel = (() => {
       lnfb: of("ln_final.b"), WU: of("unembed.W_U"), bU: of("unembed.b_U"),
       L: Array.from({length: cfg.n_layers}, (_, l) => {
         const b = (n) => of(`blocks.${l}.${n}`);
-        return {ln1w: b("ln1.w"), ln1b: b("ln1.b"), ln2w: b("ln2.w"), ln2b: b("ln2.b"),
-          W: ["W_Q", "W_K", "W_V"].map((n) => b("attn." + n)), B: ["b_Q", "b_K", "b_V"].map((n) => b("attn." + n)),
+        return {ln1w: b("ln1.w"), ln1b: b("ln1.b"), ln2w: b("ln2.w"), ln2b: b("ln2.b"), Wgate: b("mlp.W_gate"),
+          W: [..."QKV"].map((x) => b(attnWeight(cfg, x))), B: [..."QKV"].map((x) => b(attnWeight(cfg, x, "b"))),
+          lnw: b("mlp.ln.w"), lnb: b("mlp.ln.b"),
           WO: b("attn.W_O"), bO: b("attn.b_O"), Win: b("mlp.W_in"), bin: b("mlp.b_in"),
           Wout: b("mlp.W_out"), bout: b("mlp.b_out")};
       }),
@@ -219,7 +274,7 @@ const FlatModel = (() => {
     const byT = workspaces.get(cfg);
     if (byT.has(T)) return (last = byT.get(T));
     const d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, m = cfg.d_mlp, V = vocabOut(cfg);
-    const ln = cfg.normalization === "pre_ln";
+    const Hk = kvHeads(cfg), ln = preNorm(cfg);
     const hooks = [];
     const array = (name, dims) => {
       const a = new Float64Array(size(dims));
@@ -228,7 +283,8 @@ const FlatModel = (() => {
     };
     const norm = (b) => ({scale: array(b + "hook_scale", [T, 1]), normalized: array(b + "hook_normalized", [T, d]),
       xhat: array(null, [T, d])});
-    const ws = {cfg, T, tokens: null, embed: array("hook_embed", [T, d]), pos: array("hook_pos_embed", [T, d]), layers: []};
+    const ws = {cfg, T, tokens: null, embed: array("hook_embed", [T, d]), layers: []};
+    ws.pos = rotary(cfg) ? null : array("hook_pos_embed", [T, d]);
     let resid = array(null, [T, d]);
     for (let l = 0; l < cfg.n_layers; l++) {
       const b = `blocks.${l}.`, L = {};
@@ -236,16 +292,26 @@ const FlatModel = (() => {
       hooks.push([b + "hook_resid_pre", resid, [T, d]]);
       L.ln1 = ln ? norm(b + "ln1.") : null;
       L.attnIn = ln ? L.ln1.normalized : resid;
-      for (const x of "qkv") L[x] = array(b + `attn.hook_${x}`, [T, H, dh]);
+      for (const x of "qkv") L[x] = array(b + `attn.hook_${x}`, [T, x === "q" ? H : Hk, dh]);
+      L.rot_q = rotary(cfg) ? array(b + "attn.hook_rot_q", [T, H, dh]) : null;
+      L.rot_k = rotary(cfg) ? array(b + "attn.hook_rot_k", [T, Hk, dh]) : null;
+      L.qkIn = shortformer(cfg) ? array(null, [T, d]) : null;     // shortformer: ln1(x) + p
       L.attn_scores = array(b + "attn.hook_attn_scores", [H, T, T]).fill(-Infinity);
       L.pattern = array(b + "attn.hook_pattern", [H, T, T]);
       L.z = array(b + "attn.hook_z", [T, H, dh]);
       L.attn_out = array(b + "hook_attn_out", [T, d]);
       if (!attnOnly(cfg)) {
-        L.resid_mid = array(b + "hook_resid_mid", [T, d]);
+        // a parallel block has no resid_mid: its MLP reads the stream its attention read
+        L.resid_mid = array(parallel(cfg) ? null : b + "hook_resid_mid", [T, d]);
         L.ln2 = ln ? norm(b + "ln2.") : null;
-        L.mlpIn = ln ? L.ln2.normalized : L.resid_mid;
+        L.mlpIn = ln ? L.ln2.normalized : parallel(cfg) ? L.resid_pre : L.resid_mid;
         L.mlp_pre = array(b + "mlp.hook_pre", [T, m]);
+        L.mlp_pre_linear = gated(cfg) ? array(b + "mlp.hook_pre_linear", [T, m]) : null;
+        if (solu(cfg)) {   // SoLU, then a LayerNorm over the neurons whose output is hook_post
+          L.mlp_mid = array(b + "mlp.hook_mid", [T, m]);
+          L.mlpLn = {scale: array(b + "mlp.ln.hook_scale", [T, 1]), normalized: array(b + "mlp.ln.hook_normalized", [T, m]),
+            xhat: array(null, [T, m])};
+        }
         L.mlp_post = array(b + "mlp.hook_post", [T, m]);
         L.tanh = cfg.act_fn === "gelu" ? array(null, [T, m]) : null;
         L.mlp_out = array(b + "hook_mlp_out", [T, d]);
@@ -263,12 +329,12 @@ const FlatModel = (() => {
   }
 
   // The normalisation a sublayer (or the unembedding) reads through, row by row, into
-  // norm = {scale, normalized, xhat}, weights at offsets wo, bo of P: pre_ln's LayerNorm (a
-  // config with none has no norm to fill). Another normalisation is a row kernel beside lnRow
-  // and a branch here.
+  // norm = {scale, normalized, xhat}, weights at offsets wo, bo of P: pre_ln's LayerNorm or
+  // pre_rms's RMSNorm (a config with none has no norm to fill), with the config's eps.
   function normalize(cfg, x, T, d, P, wo, bo, norm) {
-    const eps = constants().LN_EPS;
-    for (let t = 0; t < T; t++) norm.scale[t] = lnRow(x, t * d, d, P, wo, P, bo, norm.xhat, norm.normalized, eps);
+    const eps = epsOf(cfg);
+    if (rms(cfg)) for (let t = 0; t < T; t++) norm.scale[t] = rmsRow(x, t * d, d, P, wo, norm.xhat, norm.normalized, eps);
+    else for (let t = 0; t < T; t++) norm.scale[t] = lnRow(x, t * d, d, P, wo, P, bo, norm.xhat, norm.normalized, eps);
   }
 
   const NO_KNOBS = {beta: 1, posOff: false, headsOff: null, headsMean: null, mlpOff: null};
@@ -286,29 +352,44 @@ const FlatModel = (() => {
     for (let t = 0; t < T; t++) {
       for (let c = 0; c < d; c++) {
         embed[t * d + c] = P[off.WE + tokens[t] * d + c];
+        if (!pos) { e[t * d + c] = embed[t * d + c]; continue; }  // rotary: positions turn q, k
         pos[t * d + c] = k.posOff ? 0 : P[off.Wpos + t * d + c];
-        e[t * d + c] = embed[t * d + c] + pos[t * d + c];
+        // shortformer: the positions join q and k's inputs only, never the stream
+        e[t * d + c] = shortformer(cfg) ? embed[t * d + c] : embed[t * d + c] + pos[t * d + c];
       }
     }
     return e;
   }
 
   // z = e + Attn(e) for layer l (offsets o, arrays L): returns the stream after it.
-  function attention(cfg, P, o, L, l, T, e, k) {
-    const d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, HD = H * dh;
+  function attention(cfg, P, o, L, l, T, e, k, pos) {
+    const d = cfg.d_model, H = cfg.n_heads, dh = cfg.d_head, HD = H * dh, Hk = kvHeads(cfg);
     if (L.ln1) normalize(cfg, e, T, d, P, o.ln1w, o.ln1b, L.ln1);
     const x = L.attnIn;
+    if (L.qkIn) for (let u = 0; u < T * d; u++) L.qkIn[u] = x[u] + pos[u];
     for (let i = 0; i < 3; i++) {
-      const W = o.W[i], B = o.B[i], out = i === 0 ? L.q : i === 1 ? L.k : L.v;
+      const W = o.W[i], B = o.B[i], out = i === 0 ? L.q : i === 1 ? L.k : L.v, n = i === 0 ? H : Hk;
+      const inp = L.qkIn && i < 2 ? L.qkIn : x;
       for (let t = 0; t < T; t++) {
-        for (let h = 0; h < H; h++) {
-          linearRow(x, t * d, d, P, W + h * d * dh, dh, P, B >= 0 ? B + h * dh : -1, out, (t * H + h) * dh);
+        for (let h = 0; h < n; h++) {
+          linearRow(inp, t * d, d, P, W + h * d * dh, dh, P, B >= 0 ? B + h * dh : -1, out, (t * n + h) * dh);
         }
       }
     }
+    let q = L.q, key = L.k;
+    if (L.rot_q) {                                           // rotary positions turn q and k
+      const r = cfg.rotary_dim || dh, base = cfg.rotary_base === undefined ? 10000 : cfg.rotary_base;  // as turn
+      const adjacent = !!cfg.rotary_adjacent_pairs;
+      for (let t = 0; t < T; t++) {
+        for (let h = 0; h < H; h++) rotaryRow(L.q, (t * H + h) * dh, dh, t, r, base, adjacent, L.rot_q, (t * H + h) * dh);
+        for (let h = 0; h < Hk; h++) rotaryRow(L.k, (t * Hk + h) * dh, dh, t, r, base, adjacent, L.rot_k, (t * Hk + h) * dh);
+      }
+      q = L.rot_q; key = L.rot_k;
+    }
     const z = L.z;
     for (let h = 0; h < H; h++) {
-      attendHead(L.q, L.k, L.v, T, H, dh, h, k.beta, L.attn_scores, L.pattern, z, attnCoeff(cfg));
+      attendHead(q, key, L.v, T, H, dh, h, k.beta, L.attn_scores, L.pattern, z, attnCoeff(cfg),
+        Hk, Math.floor(h / (H / Hk)), windowOf(cfg, l));
       if (k === NO_KNOBS) continue;
       const head = `${l}.${h}`, mean = k.headsMean && k.headsMean[head];
       if (mean) for (let t = 0; t < T; t++) for (let c = 0; c < dh; c++) z[(t * H + h) * dh + c] = mean[t][h][c];
@@ -323,14 +404,33 @@ const FlatModel = (() => {
     return after;
   }
 
+  // The gated MLP's hidden row (SwiGLU, GeGLU): pre = x W_gate, pre_linear = x W_in, post =
+  // act(pre) * pre_linear + b_in, at offset o of the [T][m] arrays.
+  function gatedRow(cfg, x, xo, d, m, P, Wgate, Win, bin, pre, preLinear, post, o) {
+    linearRow(x, xo, d, P, Wgate, m, P, -1, pre, o);
+    linearRow(x, xo, d, P, Win, m, P, -1, preLinear, o);
+    for (let u = 0; u < m; u++) post[o + u] = act(cfg, pre[o + u]) * preLinear[o + u] + P[bin + u];
+  }
+
   // h = z + FFN(z) for layer l: returns the stream after it.
   function feedForward(cfg, P, o, L, l, T, z, k) {
     const d = cfg.d_model, m = cfg.d_mlp;
-    if (L.ln2) normalize(cfg, z, T, d, P, o.ln2w, o.ln2b, L.ln2);
+    if (L.ln2) normalize(cfg, parallel(cfg) ? L.resid_pre : z, T, d, P, o.ln2w, o.ln2b, L.ln2);
     const out = L.mlp_out, h = L.resid_post, off = k.mlpOff !== null && k.mlpOff.has(l);
     for (let t = 0; t < T; t++) {
-      linearRow(L.mlpIn, t * d, d, P, o.Win, m, P, o.bin, L.mlp_pre, t * m);
-      activate(cfg, L.mlp_pre, t * m, m, L.mlp_post, L.tanh);
+      if (L.mlp_pre_linear) gatedRow(cfg, L.mlpIn, t * d, d, m, P, o.Wgate, o.Win, o.bin, L.mlp_pre, L.mlp_pre_linear, L.mlp_post, t * m);
+      else if (L.mlpLn) {                                  // SoLU: mid = pre softmax(pre), then LN
+        linearRow(L.mlpIn, t * d, d, P, o.Win, m, P, o.bin, L.mlp_pre, t * m);
+        let mx = -Infinity, tot = 0;
+        for (let u = t * m; u < (t + 1) * m; u++) if (L.mlp_pre[u] > mx) mx = L.mlp_pre[u];
+        for (let u = t * m; u < (t + 1) * m; u++) tot += Math.exp(L.mlp_pre[u] - mx);
+        for (let u = t * m; u < (t + 1) * m; u++) L.mlp_mid[u] = L.mlp_pre[u] * Math.exp(L.mlp_pre[u] - mx) / tot;
+        L.mlpLn.scale[t] = lnRow(L.mlp_mid, t * m, m, P, o.lnw, P, o.lnb, L.mlpLn.xhat, L.mlpLn.normalized, epsOf(cfg));
+        for (let u = t * m; u < (t + 1) * m; u++) L.mlp_post[u] = L.mlpLn.normalized[u];
+      } else {
+        linearRow(L.mlpIn, t * d, d, P, o.Win, m, P, o.bin, L.mlp_pre, t * m);
+        activate(cfg, L.mlp_pre, t * m, m, L.mlp_post, L.tanh);
+      }
       if (off) out.fill(0, t * d, (t + 1) * d);
       else linearRow(L.mlp_post, t * m, m, P, o.Wout, d, P, o.bout, out, t * d);
       for (let c = 0; c < d; c++) h[t * d + c] = z[t * d + c] + out[t * d + c];
@@ -355,7 +455,7 @@ const FlatModel = (() => {
     ws.tokens = tokens;
     let x = embedding(cfg, P, off, ws, tokens, k);                                  // e = x + p
     for (let l = 0; l < cfg.n_layers; l++) {
-      x = attention(cfg, P, off.L[l], ws.layers[l], l, T, x, k);                     // z = e + Attn(e)
+      x = attention(cfg, P, off.L[l], ws.layers[l], l, T, x, k, ws.pos);             // z = e + Attn(e)
       if (!attnOnly(cfg)) x = feedForward(cfg, P, off.L[l], ws.layers[l], l, T, x, k);  // h = z + FFN(z)
     }
     unembedding(cfg, P, off, ws, x);
@@ -441,36 +541,64 @@ const FlatModel = (() => {
     return row.map((v) => v - lse);
   }
 
-  // Query, key or value of one residual vector for head h of a layer: x W[h] (+ b[h]).
+  // Query, key or value of one residual vector for head h of a layer: x W[h] (+ b[h]); keys
+  // and values of grouped heads are their group's, h / (n_heads / n_kv_heads).
   function project(model, layer, which, x, h) {
     const {cfg, w} = model, d = cfg.d_model, dh = cfg.d_head, out = zeros(dh);
-    const b = cfg.qkv_bias ? w[`blocks.${layer}.attn.b_${which}`].data : null;
-    linearRow(x, 0, d, w[`blocks.${layer}.attn.W_${which}`].data, h * d * dh, dh, b, b ? h * dh : -1, out, 0);
+    const i = which === "Q" ? h : Math.floor(h / (cfg.n_heads / kvHeads(cfg)));
+    const b = cfg.qkv_bias ? w[`blocks.${layer}.${attnWeight(cfg, which, "b")}`].data : null;
+    linearRow(x, 0, d, w[`blocks.${layer}.${attnWeight(cfg, which)}`].data, i * d * dh, dh, b, b ? i * dh : -1, out, 0);
     return out;
   }
 
-  // The residual as the attention of `layer` reads it (after LN1 when there is one).
+  // One vector through the model's normalisation `name` (LayerNorm or RMSNorm, its eps).
+  function normOf(model, name, x) {
+    const {cfg, w} = model, d = x.length, xhat = zeros(d), out = zeros(d);
+    if (rms(cfg)) rmsRow(x, 0, d, w[name + ".w"].data, 0, xhat, out, epsOf(cfg));
+    else lnRow(x, 0, d, w[name + ".w"].data, 0, w[name + ".b"].data, 0, xhat, out, epsOf(cfg));
+    return out;
+  }
+
+  // A head's q or k (one vector of d_head) as attention reads it at position t: turned by
+  // rotary positions when the model has them (hook_rot_q, hook_rot_k), else as it is.
+  function turn(cfg, x, t) {
+    if (!rotary(cfg)) return x;
+    const out = zeros(x.length);
+    const base = cfg.rotary_base === undefined ? 10000 : cfg.rotary_base;
+    rotaryRow(x, 0, x.length, t, cfg.rotary_dim || x.length, base, !!cfg.rotary_adjacent_pairs, out, 0);
+    return out;
+  }
+
+  // The residual as the attention of `layer` reads it (after ln1 when there is one).
   function attnInput(model, layer, resid) {
-    if (model.cfg.normalization !== "pre_ln") return resid;
-    const w = model.w, b = `blocks.${layer}.`;
-    return layerNorm(resid, w[b + "ln1.w"].data, w[b + "ln1.b"].data).out;
+    return preNorm(model.cfg) ? normOf(model, `blocks.${layer}.ln1`, resid) : resid;
   }
 
   // The MLP of `layer` on one residual vector z: returns {pre, post, out} (out without z).
   function mlp(model, layer, z) {
     const {cfg, w} = model, d = cfg.d_model, m = cfg.d_mlp, b = `blocks.${layer}.`;
-    const x = cfg.normalization === "pre_ln" ? layerNorm(z, w[b + "ln2.w"].data, w[b + "ln2.b"].data).out : z;
+    const x = preNorm(cfg) ? normOf(model, b + "ln2", z) : z;
     const pre = zeros(m), post = zeros(m), out = zeros(d);
-    linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, w[b + "mlp.b_in"].data, 0, pre, 0);
-    activate(cfg, pre, 0, m, post, null);
+    if (gated(cfg)) {
+      const lin = zeros(m);
+      linearRow(x, 0, d, w[b + "mlp.W_gate"].data, 0, m, null, -1, pre, 0);
+      linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, null, -1, lin, 0);
+      for (let u = 0; u < m; u++) post[u] = act(cfg, pre[u]) * lin[u] + w[b + "mlp.b_in"].data[u];
+    } else if (solu(cfg)) {                            // SoLU, then its LayerNorm over the neurons
+      linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, w[b + "mlp.b_in"].data, 0, pre, 0);
+      const s = softmax(pre), mid = pre.map((p, u) => p * s[u]);
+      lnRow(mid, 0, m, w[b + "mlp.ln.w"].data, 0, w[b + "mlp.ln.b"].data, 0, zeros(m), post, epsOf(cfg));
+    } else {
+      linearRow(x, 0, d, w[b + "mlp.W_in"].data, 0, m, w[b + "mlp.b_in"].data, 0, pre, 0);
+      activate(cfg, pre, 0, m, post, null);
+    }
     linearRow(post, 0, m, w[b + "mlp.W_out"].data, 0, d, w[b + "mlp.b_out"].data, 0, out, 0);
     return {pre, post, out};
   }
 
-  // The stream as the unembedding reads it: after the final LayerNorm when there is one.
+  // The stream as the unembedding reads it: after the final norm when there is one.
   function finalNorm(model, h) {
-    const w = model.w;
-    return model.cfg.ln_final ? layerNorm(h, w["ln_final.w"].data, w["ln_final.b"].data).out : h;
+    return model.cfg.ln_final ? normOf(model, "ln_final", h) : h;
   }
 
   function unembed(model, h) {
@@ -507,9 +635,9 @@ const FlatModel = (() => {
 
 
   return {
-    constants, attnOnly, vocabOut, erf, paramShapes, size, nParams, unpack,
-    lnRow, linearRow, geluTanh, act, activate, attendHead, layout, workspace, run, flatOf, forward,
-    zeros, add, vecMat, layerNorm, softmax, logSoftmax, project, attnInput, mlp, finalNorm, unembed,
+    constants, attnOnly, preNorm, rms, rotary, gated, shortformer, parallel, solu, kvHeads, attnWeight, windowOf, vocabOut, erf, paramShapes, size, nParams, unpack,
+    lnRow, rmsRow, rotaryRow, linearRow, geluTanh, act, activate, attendHead, layout, workspace, run, flatOf, forward,
+    zeros, add, vecMat, layerNorm, softmax, logSoftmax, project, turn, attnInput, mlp, finalNorm, unembed,
     checkTokens, headMeans,
   };
 })();

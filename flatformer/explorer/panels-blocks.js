@@ -6,36 +6,42 @@ Panels.blocks = (ctx) => {
   const {h, clear, fmt, Plane, tokenCss} = Views;
   const {DATA, M, cfg, vocab, V, L, H, word, posLabels, dims, SHAPES, heat, show, section, row, num} = ctx;
   const geometry = ctx.geometry;
+  const rotary = M.rotary(cfg), normName = M.rms(cfg) ? "RMSNorm" : "LayerNorm", short = M.shortformer(cfg);
+  const group = H / M.kvHeads(cfg);   // query heads per key and value head (grouped-query attention)
+  const actName = {gelu: "GELU", gelu_erf: "exact GELU", relu: "ReLU", silu: "SiLU"}[cfg.act_fn] || cfg.act_fn;
 
   // ---- Embed ----
   function embedPanel() {
-    const el = section("embed", "Embed",
-      "Each token looks up its row of W_E, each position its row of W_pos; their sum e = x + p enters the residual stream.");
+    const el = section("embed", "Embed", rotary
+      ? "Each token looks up its row of W_E, which enters the residual stream: e = x. This model has rotary positions: no W_pos; each head turns its queries and keys by their position instead (Attend)."
+      : short ? "Each token looks up its row of W_E, which enters the residual stream: e = x. Shortformer positions: each position's row of W_pos is added to the queries' and keys' inputs only (Attend), never to the stream."
+        : "Each token looks up its row of W_E, each position its row of W_pos; their sum e = x + p enters the residual stream.");
     const WE = heat("token vectors W_E", "embed.W_E", cfg.d_model);
-    const WP = heat("position vectors W_pos", "pos_embed.W_pos", cfg.d_model);
+    const WP = rotary ? null : heat("position vectors W_pos", "pos_embed.W_pos", cfg.d_model);
     const X = heat("x: this sequence's tokens", "hook_embed", cfg.d_model);
-    const P = heat("p: its positions", "hook_pos_embed", cfg.d_model);
-    const E = heat("e = x + p", "blocks.0.hook_resid_pre", cfg.d_model);
+    const P = rotary ? null : heat("p: its positions", "hook_pos_embed", cfg.d_model);
+    const E = heat(rotary || short ? "e = x" : "e = x + p", "blocks.0.hook_resid_pre", cfg.d_model);
     const planes = {
       tokens: new Plane({title: "tokens (rows of W_E)", size: 240}),
-      positions: new Plane({title: "positions: the ladder", size: 240}),
-      sums: new Plane({title: "every token at every position: e = x + p", size: 420}),
+      positions: rotary ? null : new Plane({title: "positions: the ladder", size: 240}),
+      sums: new Plane({title: rotary || short ? "every token: e = x" : "every token at every position: e = x + p", size: 420}),
     };
     // modular-addition: colour each number by its phase on the key-frequency circle.
     const kp = DATA.key_phase;
     const phaseBox = kp ? h("label", {class: "knob", title: "hue = the number's angle in the plane of the key frequency (last checkpoint)"},
       h("input", {type: "checkbox", id: "phase", onchange: (e) => ctx.set({phase: e.target.checked})}),
       `colour numbers by their phase at key frequency ${kp.frequency}`) : null;
-    el.append(row(WE.el, WP.el, X.el, P.el, E.el),
-      h("h3", {}, "Geometry"), ...(phaseBox ? [phaseBox] : []), row(planes.sums.el, planes.tokens.el, planes.positions.el));
+    el.append(row(...[WE, WP, X, P, E].filter(Boolean).map((x) => x.el)),
+      h("h3", {}, "Geometry"), ...(phaseBox ? [phaseBox] : []),
+      row(...[planes.sums, planes.tokens, planes.positions].filter(Boolean).map((x) => x.el)));
     return {el, planes, key: () => `${ctx.state.step}:${ctx.state.seq.join(".")}:${ctx.state.pos}:${ctx.state.phase}`, update(c) {
       if (phaseBox) phaseBox.firstChild.checked = ctx.state.phase;
       const w = c.model.w, d = cfg.d_model, seq = c.seq, rows = posLabels(seq);
       const mat = (data, n) => Array.from({length: n}, (_, i) => Array.from(data.subarray(i * d, i * d + d)));
       WE.update(mat(w["embed.W_E"].data, V), vocab, dims(d), {shape: [V, d], axes: "d_vocab, d_model"});
-      WP.update(mat(w["pos_embed.W_pos"].data, cfg.n_ctx), dims(cfg.n_ctx), dims(d), {shape: [cfg.n_ctx, d], axes: "n_ctx, d_model"});
+      if (WP) WP.update(mat(w["pos_embed.W_pos"].data, cfg.n_ctx), dims(cfg.n_ctx), dims(d), {shape: [cfg.n_ctx, d], axes: "n_ctx, d_model"});
       show(X, c.run.cache["hook_embed"], rows, dims(d), "resid");
-      show(P, c.run.cache["hook_pos_embed"], rows, dims(d), "resid", {dim: ctx.state.pos});
+      if (P) show(P, c.run.cache["hook_pos_embed"], rows, dims(d), "resid", {dim: ctx.state.pos});
       show(E, c.run.cache["blocks.0.hook_resid_pre"], rows, dims(d), "resid");
       geometry.embedPlanes(c, planes);
     }};
@@ -44,15 +50,20 @@ Panels.blocks = (ctx) => {
   // ---- Attend ----
   function attendPanel(l) {
     const el = section(`attend-${l}`, L > 1 ? `Attend · layer ${l}` : "Attend",
-      "Each position's query is compared with the keys of itself and every earlier position: score = q·k / √d_head; a softmax over the row turns scores into weights, and the head's output z is the weighted sum of the values. Click any cell to open its arithmetic.");
+      "Each position's query is compared with the keys of itself and every earlier position: score = q·k / √d_head; a softmax over the row turns scores into weights, and the head's output z is the weighted sum of the values. Click any cell to open its arithmetic."
+      + (rotary ? " Rotary positions: q and k are turned by their position (hook_rot_q, hook_rot_k) before the dot product." : "")
+      + (short ? " Shortformer positions: q and k read the normalised stream plus W_pos; v reads the stream alone." : "")
+      + (group > 1 ? ` Grouped-query attention: each key and value head serves ${group} query heads.` : "")
+      + (M.windowOf(cfg, l) ? ` A local layer: each query reads the ${M.windowOf(cfg, l)} latest keys, its own included.` : ""));
     const b = `blocks.${l}.`;
-    const ln = cfg.normalization === "pre_ln" ? heat("LayerNorm 1 output", b + "ln1.hook_normalized", cfg.d_model) : null;
+    const ln = M.preNorm(cfg) ? heat(`${normName} 1 output`, b + "ln1.hook_normalized", cfg.d_model) : null;
     const heads = Array.from({length: H}, (_, hd) => {
       const pick = (i, j) => ctx.set({cell: {l, h: hd, q: i, k: j}});
       const describe = (kind) => (i, j, v) => [`head ${l}.${hd}: query ${i} (${word(ctx.state.seq[i])}) → key ${j} (${word(ctx.state.seq[j])})`,
         v === -Infinity ? "masked: a position cannot see later ones" : `${kind} ${String(v)}`, "click for the arithmetic"];
       const card = {
-        q: heat("q", b + "attn.hook_q", cfg.d_head), k: heat("k", b + "attn.hook_k", cfg.d_head),
+        q: heat(rotary ? "q turned" : "q", b + (rotary ? "attn.hook_rot_q" : "attn.hook_q"), cfg.d_head),
+        k: heat(rotary ? "k turned" : "k", b + (rotary ? "attn.hook_rot_k" : "attn.hook_k"), cfg.d_head),
         v: heat("v", b + "attn.hook_v", cfg.d_head),
         scores: heat("scores", b + "attn.hook_attn_scores", 8, {cell: 30, values: true, onClick: pick, describe: describe("score")}),
         pattern: heat("weights", b + "attn.hook_pattern", 8, {cell: 30, values: true, kind: "sequential", unit: true, causal: true, onClick: pick, describe: describe("weight")}),
@@ -68,21 +79,26 @@ Panels.blocks = (ctx) => {
     const arith = h("div", {class: "arith", id: `arith-${l}`, "aria-live": "polite"});
     const out = heat(cfg.attn_out ? "attention output (z W_O)" : "attention output (heads concatenated)", b + "hook_attn_out", cfg.d_model);
     // Attention-only blocks have no resid_mid: the stream after attention is the block's output.
-    const midHook = M.attnOnly(cfg) ? b + "hook_resid_post" : b + "hook_resid_mid";
-    const mid = heat("residual after attention", midHook, cfg.d_model);
+    // A parallel block has none either: its MLP reads the stream its attention read.
+    const midHook = M.attnOnly(cfg) ? b + "hook_resid_post" : M.parallel(cfg) ? null : b + "hook_resid_mid";
+    const mid = midHook ? heat("residual after attention", midHook, cfg.d_model) : null;
     const qk = new Plane({title: "query–key plane", size: 330});
     el.append(ln ? row(ln.el) : "", h("div", {class: "heads"}, heads.map((c) => c.el), arith),
       h("h3", {}, "Output and geometry"),
-      row(out.el, mid.el, qk.el, h("div", {class: "fig-note qk-note", id: `qk-note-${l}`})));
+      row(out.el, ...(mid ? [mid.el] : []), qk.el, h("div", {class: "fig-note qk-note", id: `qk-note-${l}`})));
     return {el, update(c) {
       const rows = posLabels(c.seq), T = c.T, cache = c.run.cache;
       if (ln) show(ln, cache[b + "ln1.hook_normalized"], rows, dims(cfg.d_model), "resid");
       const sel = c.cell.l === l ? c.cell : null;
       heads.forEach((card, hd) => {
         const off = ctx.state.off.includes(`${l}.${hd}`);
-        const slice = (name) => cache[b + name].map((r) => r[hd]);
+        const kv = Math.floor(hd / group);   // keys and values of the head's group
+        const slice = (name) => cache[b + name].map((r) => r[/hook_(rot_)?[kv]$/.test(name) ? kv : hd]);
         const hs = SHAPES.head(T);
-        for (const n of ["q", "k", "v"]) card[n].update(slice(`attn.hook_${n}`), rows, dims(cfg.d_head), {shape: hs[0], axes: hs[1] + ` (head ${hd} shown)`});
+        for (const n of ["q", "k", "v"]) {
+          const hook = rotary && n !== "v" ? `attn.hook_rot_${n}` : `attn.hook_${n}`;
+          card[n].update(slice(hook), rows, dims(cfg.d_head), {shape: hs[0], axes: hs[1] + ` (head ${n === "q" ? hd : kv} shown)`});
+        }
         const ps = SHAPES.pattern(T), mark = sel && sel.h === hd ? [sel.q, sel.k] : null;
         card.scores.update(cache[b + "attn.hook_attn_scores"][hd], rows, rows, {shape: ps[0], axes: ps[1] + ` (head ${hd} shown)`, selected: mark});
         card.pattern.update(cache[b + "attn.hook_pattern"][hd], rows, rows, {shape: ps[0], axes: ps[1] + ` (head ${hd} shown)`, selected: mark, limit: 1});
@@ -92,7 +108,7 @@ Panels.blocks = (ctx) => {
         ctx.showHeadScores(card.headScores, l, hd);
       });
       show(out, cache[b + "hook_attn_out"], rows, dims(cfg.d_model), "resid");
-      show(mid, cache[midHook], rows, dims(cfg.d_model), "resid");
+      if (mid) show(mid, cache[midHook], rows, dims(cfg.d_model), "resid");
       arith.style.display = sel ? "" : "none";
       if (sel) drawArithmetic(arith, c, sel);
       geometry.qkPlane(qk, c, l, sel ? sel.h : 0, sel ? sel.q : T - 1);
@@ -101,7 +117,7 @@ Panels.blocks = (ctx) => {
 
   function drawArithmetic(box, c, {l, h: hd, q, k}) {
     const b = `blocks.${l}.attn.`, cache = c.run.cache, dh = cfg.d_head;
-    const qv = cache[b + "hook_q"][q][hd], kv = cache[b + "hook_k"][k][hd];
+    const qv = cache[b + (rotary ? "hook_rot_q" : "hook_q")][q][hd], kv = cache[b + (rotary ? "hook_rot_k" : "hook_k")][k][Math.floor(hd / group)];
     const scores = cache[b + "hook_attn_scores"][hd][q], weights = cache[b + "hook_pattern"][hd][q];
     const key = JSON.stringify([l, hd, q, k, c.seq, qv, kv, scores, ctx.state.beta]);
     if (box.dataset.shown === key) return;     // unchanged by this knob: keep the box as it is
@@ -143,28 +159,36 @@ Panels.blocks = (ctx) => {
   function thinkPanel(l) {
     const last = l === L - 1;
     const el = section(`think-${l}`, L > 1 ? `Think · layer ${l}` : "Think",
-      `The MLP reads each position's residual on its own: ${cfg.d_mlp} hidden units (${cfg.act_fn === "gelu" ? "GELU" : "ReLU"}), written back into the residual stream.`);
+      `The MLP reads each position's residual on its own: ${cfg.d_mlp} hidden units (${M.gated(cfg) ? `gated: ${actName}(x W_gate) × (x W_in)` : M.solu(cfg) ? "SoLU, x softmax(x), then a LayerNorm over the units" : actName}), written back into the residual stream.`
+      + (M.parallel(cfg) ? " A parallel block: the MLP reads the stream the attention read, and both write to it at once." : ""));
     const b = `blocks.${l}.`;
-    const ln = cfg.normalization === "pre_ln" ? heat("LayerNorm 2 output", b + "ln2.hook_normalized", cfg.d_model) : null;
-    const pre = heat("pre-activation", b + "mlp.hook_pre", cfg.d_mlp);
+    const ln = M.preNorm(cfg) ? heat(`${normName} 2 output`, b + "ln2.hook_normalized", cfg.d_model) : null;
+    const pre = heat(M.gated(cfg) ? "gate pre-activation x W_gate" : "pre-activation", b + "mlp.hook_pre", cfg.d_mlp);
+    const linear = M.gated(cfg) ? heat("linear x W_in", b + "mlp.hook_pre_linear", cfg.d_mlp) : null;
+    const mid = M.solu(cfg) ? heat("SoLU x softmax(x)", b + "mlp.hook_mid", cfg.d_mlp) : null;
+    const midLn = M.solu(cfg) ? heat("its LayerNorm", b + "mlp.ln.hook_normalized", cfg.d_mlp) : null;
     const post = heat("activation", b + "mlp.hook_post", cfg.d_mlp);
     const out = heat("MLP output", b + "hook_mlp_out", cfg.d_model);
     const resid = heat("residual after the MLP", b + "hook_resid_post", cfg.d_model);
-    const planes = last ? {argmax: new Plane({title: "output landscape: most likely next token", size: 330}),
+    // the output landscape maps the stream after attention through the MLP: not a parallel block's
+    const planes = last && !M.parallel(cfg) ? {argmax: new Plane({title: "output landscape: most likely next token", size: 330}),
                            entropy: new Plane({title: "entropy of the next-token distribution", size: 330})} : null;
-    el.append(ln ? row(ln.el) : "", row(pre.el), row(post.el), row(out.el, resid.el));
+    el.append(ln ? row(ln.el) : "", row(pre.el), linear ? row(linear.el) : "", mid ? row(mid.el, midLn.el) : "", row(post.el), row(out.el, resid.el));
     const zoom = h("label", {class: "knob", title: "frame the landscape around this sequence's arrows only"},
       h("input", {type: "checkbox", id: "zoom", onchange: (e) => ctx.set({zoom: e.target.checked})}), "zoom to this sequence");
-    if (last) el.append(h("h3", {}, "Geometry ", zoom), row(planes.argmax.el, planes.entropy.el), h("p", {class: "fig-note wide", id: "landscape-note"}));
+    if (planes) el.append(h("h3", {}, "Geometry ", zoom), row(planes.argmax.el, planes.entropy.el), h("p", {class: "fig-note wide", id: "landscape-note"}));
     return {el, update(c) {
       const rows = posLabels(c.seq), cache = c.run.cache;
       if (ln) show(ln, cache[b + "ln2.hook_normalized"], rows, dims(cfg.d_model), "resid");
       show(pre, cache[b + "mlp.hook_pre"], rows, dims(cfg.d_mlp), "mlp");
+      if (linear) show(linear, cache[b + "mlp.hook_pre_linear"], rows, dims(cfg.d_mlp), "mlp");
+      if (mid) show(mid, cache[b + "mlp.hook_mid"], rows, dims(cfg.d_mlp), "mlp");
+      if (midLn) show(midLn, cache[b + "mlp.ln.hook_normalized"], rows, dims(cfg.d_mlp), "mlp");
       show(post, cache[b + "mlp.hook_post"], rows, dims(cfg.d_mlp), "mlp");
       const off = ctx.state.mlp.includes(l);
       show(out, cache[b + "hook_mlp_out"], rows, dims(cfg.d_model), "resid", {dim: off});
       show(resid, cache[b + "hook_resid_post"], rows, dims(cfg.d_model), "resid");
-      if (last) {
+      if (planes) {
         zoom.firstChild.checked = ctx.state.zoom;
         geometry.landscape(planes, c);
       }

@@ -11,7 +11,8 @@ Panels.circuits = (ctx) => {
   // ---- Circuits ----
   function circuitsPanel() {
     const el = section("circuits", "Circuits",
-      "Each head as two matrices in the residual basis: QK = W_Q W_Kᵀ (which residual directions attend to which) and OV = W_V W_O (what is copied when attended; W_V alone without W_O). Their singular values show how many directions they really use.");
+      "Each head as two matrices in the residual basis: QK = W_Q W_Kᵀ (which residual directions attend to which) and OV = W_V W_O (what is copied when attended; W_V alone without W_O). Their singular values show how many directions they really use."
+      + (M.rotary(cfg) ? " Rotary positions turn q and k by position: QK here is the form between a query and a key at the same position; at a distance the turn between them enters." : ""));
     const cards = [], k = DATA.measures.top_k;
     for (let l = 0; l < L; l++) for (let hd = 0; hd < H; hd++) {
       const qkMap = heat("QK = W_Q W_Kᵀ", `blocks.${l}.attn.W_Q · W_Kᵀ`, cfg.d_model);
@@ -223,6 +224,7 @@ Panels.circuits = (ctx) => {
     const stages = [["after embedding", "blocks.0.hook_resid_pre"]];
     for (let l = 0; l < L; l++) {
       if (M.attnOnly(cfg)) stages.push([`after attention ${l}`, `blocks.${l}.hook_resid_post`]);
+      else if (M.parallel(cfg)) stages.push([`after block ${l}`, `blocks.${l}.hook_resid_post`]);
       else stages.push([`after attention ${l}`, `blocks.${l}.hook_resid_mid`], [`after MLP ${l}`, `blocks.${l}.hook_resid_post`]);
     }
     let cells = [], shown = "", tips = [];

@@ -12,7 +12,7 @@ Panels.input = (ctx) => {
     const title = DATA.task ? `${DATA.task}` : DATA.title;
     const facts = [`${DATA.preset || "custom"} · ${DATA.n_params.toLocaleString("en")} parameters`,
       `d_model ${cfg.d_model} · ${L} layer${L > 1 ? "s" : ""} · ${H} head${H > 1 ? "s" : ""}, d_head ${cfg.d_head}`,
-      `${M.attnOnly(cfg) ? "attention-only (no MLP)" : `d_mlp ${cfg.d_mlp} (${cfg.act_fn === "gelu" ? "GELU tanh" : "ReLU"})`} · ${cfg.normalization === "pre_ln" ? "pre-LayerNorm" : "no LayerNorm"}${cfg.ln_final ? " · final LayerNorm" : ""}`,
+      `${M.attnOnly(cfg) ? "attention-only (no MLP)" : `d_mlp ${cfg.d_mlp} (${M.gated(cfg) ? "gated " : ""}${{gelu: "GELU tanh", gelu_erf: "GELU erf", relu: "ReLU", silu: "SiLU"}[cfg.act_fn] || cfg.act_fn})`} · ${M.rms(cfg) ? "pre-RMSNorm" : M.preNorm(cfg) ? "pre-LayerNorm" : "no LayerNorm"}${cfg.ln_final ? ` · final ${M.rms(cfg) ? "RMSNorm" : "LayerNorm"}` : ""}${M.rotary(cfg) ? " · rotary positions" : ""}`,
       `${cfg.attn_out ? "with W_O" : "no W_O (heads concatenated)"} · context ${cfg.n_ctx} · vocabulary ${V}`];
     const el = h("header", {class: "top"},
       h("div", {class: "title-row"},
@@ -140,6 +140,7 @@ Panels.input = (ctx) => {
       }));
     const posBox = toggle("pos", "positions", "untick to zero the position embeddings (hook_pos_embed)", true,
       (e) => ctx.set({pos: !e.target.checked}));
+    if (M.rotary(cfg)) posBox.style.display = "none";  // no position embedding to switch off
     const beta = h("input", {type: "range", id: "beta", min: 0, max: 4, step: 0.05, "aria-label": "beta",
       oninput: () => ctx.set({beta: +beta.value})});
     const betaOut = h("output", {id: "beta-label"});

@@ -135,7 +135,7 @@ Panels.readout = (ctx) => {
         if (means) options.push([`head ${l}.${hd} mean`, `blocks.${l}.attn.hook_z[:, :, ${hd}] = its mean over ${windows.length} held-out windows`, null, {headsMean: {[`${l}.${hd}`]: means[l]}}]);
       }
       if (!M.attnOnly(cfg)) for (let l = 0; l < L; l++) options.push([`mlp ${l} off`, `blocks.${l}.hook_mlp_out = 0`, {mlp: [l]}]);
-      options.push(["positions off", "hook_pos_embed = 0", {pos: true}]);
+      if (!M.rotary(cfg)) options.push(["positions off", "hook_pos_embed = 0", {pos: true}]);
       for (const beta of DATA.measures.betas) options.push([`beta ${beta}`, `hook_attn_scores × ${beta}${beta === 0 ? " (uniform attention)" : ""}`, {beta}]);
       const p0 = M.softmax(base), top0 = p0.indexOf(Math.max(...p0));
       clear(table);

@@ -149,6 +149,21 @@ def read(path: Path, config_path: Path | None) -> Imported:
     return imported
 
 
+def check_wrapped(c: dict) -> None:
+    """Refuse a bridge's config around a Hugging Face model other than GPT-2: TransformerLens 4
+    writes such a model's own fields beside its own, and its own leave out what the wrapped
+    forward pass does (GPT-NeoX's partial rotary as `rotary_dim` None, GPT-Neo's local layers
+    and unscaled scores), so the config cannot say what the weights compute."""
+    arch = c.get("architecture")
+    if arch in tl_source.NATIVE + tl_source.HF_GPT2 or not isinstance(arch, str):
+        return
+    raise FlatformerError(
+        f"cannot import: a TransformerLens bridge around {arch} writes a config that does not "
+        "say all its forward pass does; import the Hugging Face folder the bridge was booted "
+        "from (`model.save_pretrained(folder)` before `boot_transformers`)"
+    )
+
+
 def check_fields(c: dict) -> None:
     """Refuse every feature the engine lacks, all of them by field and value in one line.
 
@@ -214,7 +229,7 @@ def legacy_names(state: dict, H: int, dh: int, conv1d: frozenset = frozenset()) 
         linear = part not in conv1d
         if stem in ("embed", "pos_embed") and leaf == "weight":
             out[stem + (".W_E" if stem == "embed" else ".W_pos")] = t
-        elif part in ("ln1", "ln2") or stem == "ln_final":
+        elif part in ("ln1", "ln2") or stem == "ln_final" or stem.endswith(".mlp.ln"):
             out[f"{stem}.{'w' if leaf == 'weight' else 'b'}"] = t
         elif part in ("q", "k", "v") and stem.endswith(".attn." + part):
             base = stem[: -len(part)]
@@ -249,6 +264,7 @@ def legacy_names(state: dict, H: int, dh: int, conv1d: frozenset = frozenset()) 
 
 
 def convert(c: dict, state: dict) -> Imported:
+    check_wrapped(c)
     check_fields(c)
     c = {**c, **checked_sizes(c)}
     dh, H = c["d_head"], c["n_heads"]

@@ -189,7 +189,8 @@ if torch is not None:
                     post = self.activation(gate) * lin + self.p(b + "mlp.b_in")
                 else:
                     pre = h @ self.p(b + "mlp.W_in") + self.p(b + "mlp.b_in")
-                    post = self.activation(self.hook(b + "mlp.hook_pre", pre, ctx))
+                    pre = self.hook(b + "mlp.hook_pre", pre, ctx)  # SoLU reads the hooked pre too
+                    post = self.activation(pre)
                 if cfg.act_fn == "solu_ln":  # SoLU, then a LayerNorm over the neurons
                     mid = self.hook(b + "mlp.hook_mid", pre * pre.softmax(-1), ctx)
                     centred = mid - mid.mean(-1, keepdim=True)
