@@ -51,9 +51,15 @@ def test_unablated_graph_is_the_engine(arch):
     close(graph.forward(tokens, own, np.zeros((1, graph.n_edges)))[0][0], model(tokens))
 
 
-def test_reading_the_logits_at_positions_is_the_full_run_there(arch):
+@pytest.mark.parametrize("every", [False, True])
+def test_reading_the_logits_at_positions_is_the_full_run_there(arch, every):
+    """One position per prompt, or every position of each (`--positions all`)."""
     _, graph, tokens, refs, rng = random_case(arch)
-    rows, index = np.arange(len(tokens)), rng.integers(0, arch.n_ctx, len(tokens))
+    B, T = tokens.shape
+    if every:
+        rows, index = np.repeat(np.arange(B), T), np.tile(np.arange(T), B)
+    else:
+        rows, index = np.arange(B), rng.integers(0, arch.n_ctx, B)
     masks = rng.uniform(0, 1, (3, graph.n_edges))
     full, full_trace = graph.forward(tokens, refs, masks)
     there, trace = graph.forward(tokens, refs, masks, (rows, index))
