@@ -2,9 +2,10 @@
 
     python bench/dictionary_compiled.py
 
-Each program is compiled (inputs of up to 5 values), its residual stream compressed one
-dimension below its rank (`flatformer compile --compress`: the map learned so the model keeps
-the program's outputs; the accuracy it reached is in the table), and dictionaries are trained
+Each program is compiled (inputs of up to 5 values) and its residual stream compressed to its
+rank (`flatformer compile --compress`): d one-hot directions in D < d dimensions, no longer
+orthogonal, with every output kept (one dimension fewer loses most outputs on some programs:
+docs/guide/rasp.md). Dictionaries are trained
 on the last block's `hook_resid_post` over every input of 5 values (`flatformer dictionary`'s
 path). The true features there are the directions of the variables' values that vary at that
 activation, each a row of the compression map; a dictionary is scored against them by the MCC
@@ -31,7 +32,7 @@ from flatformer.rasp.run import domain, write_compiled_run
 from flatformer.rasp.validate import validate
 from flatformer.store.runs import load_run
 
-MAX_LEN, STEPS, COMPRESS_STEPS = 5, 2000, 300
+MAX_LEN, STEPS, COMPRESS_STEPS = 5, 2000, 50
 CHOSEN = ("hist", "sort_unique", "reverse", "frac_prevs", "count")
 # (kind, widths, k or L1 coefficients)
 DICTIONARIES = (("topk", (32,), (1, 2, 3)), ("relu", (32,), (0.3, 1.0)))
@@ -61,7 +62,7 @@ def main() -> int:
             program, vocab = programs[name]
             compiled = compile_rasp_to_model(program, vocab, MAX_LEN)
             batches = domain(compiled)[0]
-            width = stream_rank(compiled, batches) - 1
+            width = stream_rank(compiled, batches)
             squeezed = compress(compiled, batches, width, COMPRESS_STEPS)
             squeezed.validation = validate(program, squeezed.compiled)
             folder = Path(tmp) / name

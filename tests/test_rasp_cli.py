@@ -233,3 +233,17 @@ def test_compress_records_its_map_and_states_its_accuracy(tmp_path):
         "500",
     )
     assert_one_line_error(too_wide, "--compress takes a width from 1 to")
+
+
+def test_generate_reads_a_compiled_program_at_every_position(tmp_path):
+    """Its outputs are the program's values, not tokens to feed back: one pass, one value per
+    input; BOS is put first when the prompt leaves it out."""
+    source = tmp_path / "reverse.py"
+    source.write_text(REVERSE)
+    cli_here("compile", source, "--vocab", "1,2,3", "--max-len", "4", "--out", tmp_path / "run")
+    for prompt in ("BOS 1 2 3", "1 2 3"):
+        made = cli_here("generate", tmp_path / "run", "--prompt", prompt, "--json")
+        assert made.returncode == 0, made.stderr
+        assert json.loads(made.stdout) == {"prompt": "BOS 1 2 3", "outputs": ["3", "2", "1"]}
+    long = cli_here("generate", tmp_path / "run", "--prompt", "1 2 3 1 2")
+    assert_one_line_error(long, "--prompt has 6 tokens; the model reads 5")

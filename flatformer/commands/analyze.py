@@ -324,6 +324,21 @@ def _head(text: str) -> tuple[int, int]:
     return int(layer), int(head)
 
 
+def _outputs(run, tokens, prompt: str, hooks, step, as_json: bool):
+    if run.vocab[0] == "BOS" and tokens[0] != 0:  # a compiled program reads BOS first
+        tokens, prompt = [0, *tokens], f"BOS {prompt}"
+    if len(tokens) > run.cfg.n_ctx:
+        raise FlatformerError(f"--prompt has {len(tokens)} tokens; the model reads {run.cfg.n_ctx}")
+    logits = run.model(step)(np.array([tokens]), hooks=hooks)[0]
+    values = [run.vocab_out[c] for c in logits.argmax(-1)[1:]]
+    if as_json:
+        print(strict_json({"prompt": prompt, "outputs": values}))
+        return
+    out.print(Text("prompt     ").append(prompt), soft_wrap=True)
+    out.print(Text("outputs    ").append(" ".join(values), style="bold"), soft_wrap=True)
+    out.print(Text("(a compiled program: its value at each input position, read in one pass)"))
+
+
 @app.command()
 def generate(
     run: Path = typer.Argument(..., help="A run folder."),
@@ -373,6 +388,11 @@ def generate(
     hooks = switches(
         loaded.cfg, [_head(h) for h in head_off or []], mlp_off or [], not positions_off, beta
     )
+    if loaded.vocab_out != loaded.vocab[: len(loaded.vocab_out)]:
+        # A compiled program's outputs are its values, not tokens it reads: nothing to feed
+        # back, so it is read once, at every position (its value at each input).
+        _outputs(loaded, tokens, decode(tokens), hooks, step, as_json)
+        return
     steps = sample(loaded.model(step), tokens, n, temperature, top_k, top_p, seed, greedy, hooks)
     new = [s.token for s in steps]
     if as_json:
