@@ -5,12 +5,12 @@
 Each program is compiled (inputs of up to 5 values) and its residual stream compressed to its
 rank (`flatformer compile --compress`): d one-hot directions in D < d dimensions, no longer
 orthogonal, with every output kept (one dimension fewer loses most outputs on some programs:
-docs/guide/rasp.md). Dictionaries are trained
-on the last block's `hook_resid_post` over every input of 5 values (`flatformer dictionary`'s
-path). The true features there are the directions of the variables' values that vary at that
-activation, each a row of the compression map; a dictionary is scored against them by the MCC
-(mean |cos| after Hungarian matching) and counts of the true features recovered (some latent
-at |cos| >= 0.9), missed and split.
+bench/rasp_compress.py). Dictionaries as wide as the true features and twice as wide are
+trained on the last block's `hook_resid_post` over every input of 5 values (`flatformer
+dictionary`'s path). The true features there are the directions of the variables' values that
+vary at that activation, each a row of the compression map; a dictionary is scored against
+them by the MCC (mean |cos| after Hungarian matching) and counts of the true features
+recovered (some latent at |cos| >= 0.9), missed and split.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from flatformer.store.runs import load_run
 
 MAX_LEN, STEPS, COMPRESS_STEPS = 5, 2000, 50
 CHOSEN = ("hist", "sort_unique", "reverse", "frac_prevs", "count")
-# (kind, widths, k or L1 coefficients)
-DICTIONARIES = (("topk", (32,), (1, 2, 3)), ("relu", (32,), (0.3, 1.0)))
+# (kind, k or L1 coefficients); widths K and 2K for K true features at the hook
+DICTIONARIES = (("topk", (1, 2, 3)), ("relu", (0.3, 1.0)))
 
 
 def stream_rank(compiled, batches) -> int:
@@ -70,8 +70,9 @@ def main() -> int:
             run = load_run(folder)
             hook = f"blocks.{run.cfg.n_layers - 1}.hook_resid_post"
             kept = squeezed.validation_record()["input_accuracy"]
-            for kind, widths, knobs in DICTIONARIES:
-                by_k = kind == "topk"
+            n_true = len(run.config["imported"]["rasp"]["present"][hook])
+            for kind, knobs in DICTIONARIES:
+                by_k, widths = kind == "topk", (n_true, 2 * n_true)
                 result = fit_run(
                     run,
                     hook,

@@ -30,7 +30,7 @@ def compile_program(
         help="Squeeze the residual stream to this width through a learned map (superposition, "
         "as tracr's compressed models); the map's rows are recorded as the true features.",
     ),
-    compress_steps: int = typer.Option(1000, help="Adam steps that learn the --compress map."),
+    compress_steps: int = typer.Option(300, help="Adam steps that learn the --compress map."),
 ):
     """Compile a RASP program (tracr's language) into a model whose directions are its
     variables; refuse it if the model differs from the program on any input checked."""

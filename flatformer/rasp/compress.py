@@ -112,7 +112,7 @@ def compress(
     compiled: CompiledProgram,
     batches: list[np.ndarray],
     width: int,
-    steps: int = 2000,
+    steps: int = 300,
     lr: float = 1e-3,
     progress=None,
 ) -> Compression:
