@@ -54,31 +54,17 @@ def test_unablated_graph_is_the_engine(cfg):
     np.testing.assert_allclose(logits[0], model(tokens), atol=1e-12, rtol=0)
 
 
-def test_reading_the_logits_at_positions_is_the_full_run_there(cfg):
+@pytest.mark.parametrize("every", [False, True])
+def test_reading_the_logits_at_positions_is_the_full_run_there(cfg, every):
+    """One position per prompt, or every position of each (a compiled program's outputs): the
+    last layer attends once per readout, each query over its own prompt's keys."""
     _, graph, tokens, refs, rng = random_case(cfg)
-    rows, index = np.arange(len(tokens)), rng.integers(0, cfg.n_ctx, len(tokens))
-    masks = rng.uniform(0, 1, (3, graph.n_edges))
-    full, full_trace = graph.forward(tokens, refs, masks)
-    there, trace = graph.forward(tokens, refs, masks, (rows, index))
-    np.testing.assert_allclose(there, full[:, rows, index], atol=1e-12, rtol=0)
-    weights = rng.standard_normal(there.shape)
-    scattered = np.zeros(full.shape)
-    scattered[:, rows, index] = weights
-    np.testing.assert_allclose(
-        graph.backward(trace, weights)[1],
-        graph.backward(full_trace, scattered)[1],
-        atol=1e-10,
-        rtol=0,
-    )
-
-
-def test_reading_every_position_of_each_prompt_is_the_full_run_there(cfg):
-    """Readouts of one prompt at many positions (a compiled program's every output): the last
-    layer attends once per readout, each query over its own prompt's keys."""
-    _, graph, tokens, refs, rng = random_case(cfg, batch=3)
     B, T = tokens.shape
-    rows, index = np.repeat(np.arange(B), T - 1), np.tile(np.arange(1, T), B)
-    masks = rng.uniform(0, 1, (2, graph.n_edges))
+    if every:
+        rows, index = np.repeat(np.arange(B), T), np.tile(np.arange(T), B)
+    else:
+        rows, index = np.arange(B), rng.integers(0, cfg.n_ctx, B)
+    masks = rng.uniform(0, 1, (3, graph.n_edges))
     full, full_trace = graph.forward(tokens, refs, masks)
     there, trace = graph.forward(tokens, refs, masks, (rows, index))
     np.testing.assert_allclose(there, full[:, rows, index], atol=1e-12, rtol=0)
@@ -144,7 +130,7 @@ def test_a_model_attending_both_ways_has_an_exact_graph(name):
     """causal: false (compiled programs, InterpBench's models): the same checks as above."""
     cfg = CONFIGS[name].replace(causal=False)
     test_unablated_graph_is_the_engine(cfg)
-    test_reading_the_logits_at_positions_is_the_full_run_there(cfg)
+    test_reading_the_logits_at_positions_is_the_full_run_there(cfg, True)
     test_edge_ablation_and_its_gradient_equal_hooks_on_the_bridge(cfg, "torch")
     model = random_model(cfg)
     tokens = np.random.default_rng(0).integers(0, cfg.d_vocab, (2, cfg.n_ctx))
