@@ -5,8 +5,9 @@
 Each program is compiled (inputs of up to 5 values) and its residual stream compressed to its
 rank (`flatformer compile --compress`): d one-hot directions in D < d dimensions, no longer
 orthogonal, with every output kept (one dimension fewer loses most outputs on some programs:
-bench/rasp_compress.py). Dictionaries as wide as the true features and twice as wide are
-trained on the last block's `hook_resid_post` over every input of 5 values (`flatformer
+bench/rasp_compress.py). Dictionaries as wide as the true features and twice as wide (TopK
+at k the true L0 rounded, the mean number of true features active per token; ReLU at two L1
+coefficients) are trained on the last block's `hook_resid_post` over every input of 5 values (`flatformer
 dictionary`'s path). The true features there are the directions of the variables' values that
 vary at that activation, each a row of the compression map; a dictionary is scored against
 them by the MCC (mean |cos| after Hungarian matching) and counts of the true features
@@ -37,8 +38,7 @@ from flatformer.store.runs import load_run
 
 MAX_LEN, STEPS, COMPRESS_STEPS = 5, 2000, 50
 CHOSEN = ("hist", "sort_unique", "reverse", "frac_prevs", "count")
-# (kind, k or L1 coefficients); widths K and 2K for K true features at the hook
-DICTIONARIES = (("topk", (1, 2, 3)), ("relu", (0.3, 1.0)))
+RELU_L1 = (0.3, 1.0)
 
 
 def stream_rank(compiled, batches) -> int:
@@ -49,6 +49,16 @@ def stream_rank(compiled, batches) -> int:
         rows += [x.reshape(-1, x.shape[-1]) for n, x in cache.items() if "resid" in n]
     s = np.linalg.svd(np.concatenate(rows), compute_uv=False)
     return int((s > 1e-9 * s[0]).sum())
+
+
+def true_l0(compiled, hook: str, residual: list[str], present: list[str]) -> float:
+    """Mean number of true features active per token at `hook` (the uncompressed model's
+    coordinates there), over every input of MAX_LEN values."""
+    model = Transformer(compiled.cfg, compiled.tensors)
+    tokens = domain(compiled)[0][MAX_LEN - 1]
+    x = model.run_with_cache(tokens)[1][hook].reshape(-1, compiled.cfg.d_model)
+    columns = [residual.index(n) for n in present]
+    return float((np.abs(x[:, columns]) > 1e-9).sum(1).mean())
 
 
 def centred(run, hook: str) -> np.ndarray:
@@ -70,10 +80,10 @@ def main() -> int:
     with record(__file__, title, markdown=True), tempfile.TemporaryDirectory() as tmp:
         print(__doc__.split("\n\n", 2)[2].strip() + "\n")
         print(
-            "| program | d -> D | outputs kept | hook | true features | dictionary | L0 | FVU "
-            "| MCC | recovered | missed | split | MCC centred |"
+            "| program | d -> D | outputs kept | hook | true features | true L0 | dictionary "
+            "| L0 | FVU | MCC | recovered | missed | split | MCC centred |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for name in CHOSEN:
             program, vocab = programs[name]
             compiled = compile_rasp_to_model(program, vocab, MAX_LEN)
@@ -86,9 +96,11 @@ def main() -> int:
             run = load_run(folder)
             hook = f"blocks.{run.cfg.n_layers - 1}.hook_resid_post"
             kept = squeezed.validation_record()["input_accuracy"]
-            n_true = len(run.config["imported"]["rasp"]["present"][hook])
-            shared = centred(run, hook)
-            for kind, knobs in DICTIONARIES:
+            present = run.config["imported"]["rasp"]["present"][hook]
+            n_true, shared = len(present), centred(run, hook)
+            l0 = true_l0(compiled, hook, compiled.residual, present)
+            k = max(1, round(l0))
+            for kind, knobs in (("topk", (k,)), ("relu", RELU_L1)):
                 by_k, widths = kind == "topk", (n_true, 2 * n_true)
                 result = fit_run(
                     run,
@@ -104,9 +116,9 @@ def main() -> int:
                     mcc = truth_report(result["stack"].member(s)["W_dec"], shared)["mcc"]
                     print(
                         f"| {name} | {compiled.cfg.d_model} -> {width} | {kept:.1%} | {hook} | "
-                        f"{t['features']} | {member['name']} | {m['l0']:.2f} | {m['fvu']:.4f} | "
-                        f"{t['mcc']:.3f} | {t['recovered']} | {t['missed']} | {t['split']} | "
-                        f"{mcc:.3f} |",
+                        f"{t['features']} | {l0:.2f} | {member['name']} | {m['l0']:.2f} | "
+                        f"{m['fvu']:.4f} | {t['mcc']:.3f} | {t['recovered']} | {t['missed']} | "
+                        f"{t['split']} | {mcc:.3f} |",
                         flush=True,
                     )
     return 0
