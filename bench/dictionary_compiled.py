@@ -90,7 +90,7 @@ def main() -> int:
             batches = domain(compiled)[0]
             width = stream_rank(compiled, batches)
             squeezed = compress(compiled, batches, width, COMPRESS_STEPS)
-            squeezed.validation = validate(program, squeezed.compiled)
+            squeezed.validation = validate(program, squeezed.compressed)
             folder = Path(tmp) / name
             write_compiled_run(compiled, validate(program, compiled), name, folder, squeezed)
             run = load_run(folder)

@@ -43,7 +43,7 @@ def main() -> int:
                 start = time.process_time()
                 squeezed = compress(compiled, batches, rank - below, STEPS)
                 seconds = time.process_time() - start
-                check = validate(program, squeezed.compiled)
+                check = validate(program, squeezed.compressed)
                 kept = (check.checked - len(check.mismatches)) / check.checked
                 print(
                     f"| {name} | {compiled.cfg.d_model} | {rank} | {rank - below} | "

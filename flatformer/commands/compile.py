@@ -91,5 +91,5 @@ def compressed(compiled, program, width: int, steps: int, limit: int):
             steps,
             progress=lambda s: bar.update(task, completed=s),
         )
-    result.validation = validate(program, result.compiled, limit=limit)
+    result.validation = validate(program, result.compressed, limit=limit)
     return result

@@ -89,7 +89,7 @@ class Compression:
     """The map (d, D), the compressed program, and how well it keeps the program's outputs."""
 
     P: np.ndarray
-    compiled: CompiledProgram
+    compressed: CompiledProgram
     loss: float
     accuracy: float  # positions whose argmax is the program's value, over the training inputs
     steps: int

@@ -132,7 +132,7 @@ def write_compiled_run(
             # row i: where residual[i] (a variable's value) lives in the compressed stream
             "directions": compression.P.tolist(),
         }
-        compiled = compression.compiled
+        compiled = compression.compressed
     imported = Imported(compiled.cfg, compiled.tensors, compiled.token_names, provenance)
     return write_run(imported, ImportedTask(compiled.token_names), out)
 
