@@ -17,12 +17,23 @@ from .induction import induction_report
 from .lens import contributions, lens_note, lens_summary
 
 MAX_PROMPTS = 200
+# Prompts' tokens in all: 200 prompts of up to 64 tokens; a longer context gets fewer prompts
+# (at least MIN_PROMPTS), as every knob reruns the model on all of them.
+PROMPT_TOKENS = MAX_PROMPTS * 64
+MIN_PROMPTS = 16
 
 
-def default_prompts(task, data: TaskData, limit: int = MAX_PROMPTS) -> list[np.ndarray]:
+def prompt_limit(n_ctx: int) -> int:
+    """How many default prompts of up to n_ctx tokens the analysis reads."""
+    return max(MIN_PROMPTS, min(MAX_PROMPTS, PROMPT_TOKENS // max(n_ctx, 1)))
+
+
+def default_prompts(task, data: TaskData, limit: int | None = None) -> list[np.ndarray]:
     """The task's demo, then held-out windows cut just after a position the rule constrains (so
     the next token is the rule's), or plain held-out windows when the task has no rule: `limit`
-    in all, the windows evenly spaced over the held-out set (`data.evenly_spaced`)."""
+    in all (default: `prompt_limit` of the context), the windows evenly spaced over the
+    held-out set (`data.evenly_spaced`)."""
+    limit = prompt_limit(data.val_inputs.shape[1]) if limit is None else limit
     prompts = []
     if task.demo:
         demo = np.asarray(task.encode(task.demo))
@@ -64,6 +75,32 @@ def attribution(model, prompts) -> tuple[list[dict], float]:
     return [{"term": name, "push": t / len(prompts)} for name, t in totals.items()], error
 
 
+def edge_circuit(model, task, data: TaskData, examples=None) -> dict:
+    """{"edge_circuit": the circuit of `flatformer circuits` with its defaults (mean ablation,
+    every method)}, on the prompts a search of about a minute affords (edges.budget: fewer,
+    then shorter held-out windows, said by "edge_circuit_scope" when narrowed); past several
+    minutes even then, None and the scope of the search that would be needed."""
+    from ..edges.budget import BUDGET_SECONDS, choose_scope, cut_windows
+
+    if examples is not None:
+        found = find_circuits(build_problem(model, task, data, "mean", examples=examples))
+        return {"edge_circuit": found}
+    scope = choose_scope(model, data.val_inputs.shape[1], MAX_PROMPTS)
+    info = {
+        "prompts": scope.prompts,
+        "length": scope.length,
+        "estimated_seconds": scope.seconds,
+        "searched": scope.seconds <= 3 * BUDGET_SECONDS,
+    }
+    if not info["searched"]:
+        return {"edge_circuit": None, "edge_circuit_scope": info}
+    problem = build_problem(
+        model, task, cut_windows(data, scope.length), "mean", n_prompts=scope.prompts
+    )
+    found = {"edge_circuit": find_circuits(problem)}
+    return {**found, "edge_circuit_scope": info} if scope.narrowed else found
+
+
 def analyze(
     run,
     step: int | None = None,
@@ -93,6 +130,7 @@ def analyze(
             "loss": float(loss[0]),
             "rule_error": float(rule_error[0]),
             "rule_positions": int(len(data.rule_targets)),
+            "rule_positions_all": int(max(data.rule_total, len(data.rule_targets))),
         },
         "prompts": {
             "count": len(prompts),
@@ -112,7 +150,7 @@ def analyze(
             "attribution": pushes,
         },
         "circuits": circuit_table(model, k),
-        "edge_circuit": find_circuits(build_problem(model, task, data, "mean", examples=examples)),
+        **edge_circuit(model, task, data, examples),
         "induction": induction_report(run, step) if task.name == "induction" else None,
     }
     if task.name == "modular-addition":
