@@ -11,11 +11,12 @@ from ..errors import FlatformerError
 from .base import Task
 
 VAL_WINDOWS = 400
-# The rule error reads one window per constrained position: past RULE_TOKENS positions in all
-# (an imported text's 20,000 windows of 64), an evenly spaced sample of
-# max(RULE_MIN_WINDOWS, RULE_TOKENS // n_ctx) of them. Every task here stays under it.
+# The rule error reads one window per constrained position: past a task's `rule_tokens`
+# positions in all (default RULE_TOKENS; an imported text's 20,000 windows of 64 are 1.3
+# million), an evenly spaced sample of max(RULE_MIN_WINDOWS, rule_tokens // n_ctx) of them.
+# Every task here stays under the default.
 RULE_TOKENS = 2**18
-RULE_MIN_WINDOWS = 256
+RULE_MIN_WINDOWS = 64
 
 
 def evenly_spaced(n: int, k: int) -> np.ndarray:
@@ -151,7 +152,8 @@ class TaskData:
         val_inputs, val_targets, val_weights = held.windows(val_starts, n_ctx, drop_unseen=False)
         rule = held.rule_windows(n_ctx)
         total = len(rule[0])
-        rule = tuple(a[rule_windows_kept(total, n_ctx)] for a in rule)
+        kept = rule_windows_kept(total, n_ctx, getattr(task, "rule_tokens", RULE_TOKENS))
+        rule = tuple(a[kept] for a in rule)
         rule_inputs, rule_index, rule_targets, rule_allowed = rule
         return cls(
             train,
@@ -168,9 +170,9 @@ class TaskData:
         )
 
 
-def rule_windows_kept(total: int, n_ctx: int) -> np.ndarray:
+def rule_windows_kept(total: int, n_ctx: int, budget: int = RULE_TOKENS) -> np.ndarray:
     """Which of `total` rule-error windows of n_ctx positions are measured: all of them up to
-    RULE_TOKENS positions, else an evenly spaced max(RULE_MIN_WINDOWS, RULE_TOKENS // n_ctx)."""
-    if total * n_ctx <= RULE_TOKENS:
+    `budget` positions, else an evenly spaced max(RULE_MIN_WINDOWS, budget // n_ctx)."""
+    if total * n_ctx <= budget:
         return np.arange(total)
-    return evenly_spaced(total, max(RULE_MIN_WINDOWS, RULE_TOKENS // n_ctx))
+    return evenly_spaced(total, max(RULE_MIN_WINDOWS, budget // n_ctx))
