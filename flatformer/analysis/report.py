@@ -17,23 +17,29 @@ from .induction import induction_report
 from .lens import contributions, lens_note, lens_summary
 
 MAX_PROMPTS = 200
-# Prompts' tokens in all: 200 prompts of up to 64 tokens; a longer context gets fewer prompts
-# (at least MIN_PROMPTS), as every knob reruns the model on all of them.
-PROMPT_TOKENS = MAX_PROMPTS * 64
-MIN_PROMPTS = 16
+# Every knob reruns the model on every prompt: the default prompts' tokens x the parameters
+# stay within PROMPT_WORK (200 prompts of 64 tokens on 100,000 parameters; every preset is
+# far inside it), at least MIN_PROMPTS of them.
+PROMPT_WORK = MAX_PROMPTS * 64 * 100_000
+MIN_PROMPTS = 8
 
 
-def prompt_limit(n_ctx: int) -> int:
-    """How many default prompts of up to n_ctx tokens the analysis reads."""
-    return max(MIN_PROMPTS, min(MAX_PROMPTS, PROMPT_TOKENS // max(n_ctx, 1)))
+def prompt_limit(n_ctx: int, n_params: int) -> int:
+    """How many default prompts of up to n_ctx tokens the analysis of a model of `n_params`
+    parameters reads."""
+    fit = PROMPT_WORK // max(n_ctx * n_params, 1)
+    return int(max(MIN_PROMPTS, min(MAX_PROMPTS, fit)))
 
 
-def default_prompts(task, data: TaskData, limit: int | None = None) -> list[np.ndarray]:
+def default_prompts(
+    task, data: TaskData, limit: int | None = None, n_params: int = 0
+) -> list[np.ndarray]:
     """The task's demo, then held-out windows cut just after a position the rule constrains (so
     the next token is the rule's), or plain held-out windows when the task has no rule: `limit`
-    in all (default: `prompt_limit` of the context), the windows evenly spaced over the
-    held-out set (`data.evenly_spaced`)."""
-    limit = prompt_limit(data.val_inputs.shape[1]) if limit is None else limit
+    in all (default: `prompt_limit` of the context and `n_params`), the windows evenly spaced
+    over the held-out set (`data.evenly_spaced`)."""
+    if limit is None:
+        limit = prompt_limit(data.val_inputs.shape[1], n_params)
     prompts = []
     if task.demo:
         demo = np.asarray(task.encode(task.demo))
@@ -116,7 +122,7 @@ def analyze(
     data = run.data()
     loss, rule_error = evaluate(Params.stack(run.cfg, [model.tensors]), data)
     if prompts is None:
-        prompts, prompt_source = default_prompts(task, data), "held-out"
+        prompts, prompt_source = default_prompts(task, data, n_params=run.cfg.n_params), "held-out"
     kls = knob_kls(model, prompts, standard_knobs(model, reference_windows(data)))
     pushes, exact = attribution(model, prompts)
     report = {
