@@ -16,7 +16,7 @@ VAL_WINDOWS = 400
 # million), an evenly spaced sample of max(RULE_MIN_WINDOWS, rule_tokens // n_ctx) of them.
 # Every task here stays under the default.
 RULE_TOKENS = 2**18
-RULE_MIN_WINDOWS = 64
+RULE_MIN_WINDOWS = 16
 
 
 def evenly_spaced(n: int, k: int) -> np.ndarray:
