@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tasks.windows import TaskData, evenly_spaced
+from ..edges.budget import cut_windows
 from ..edges.methods import build_problem, find_circuits
 from ..training.evaluate import evaluate
 from ..engine.model import Params
@@ -29,6 +30,15 @@ def prompt_limit(n_ctx: int, n_params: int) -> int:
     parameters reads."""
     fit = PROMPT_WORK // max(n_ctx * n_params, 1)
     return int(max(MIN_PROMPTS, min(MAX_PROMPTS, fit)))
+
+
+def prompt_length(n_ctx: int, n_params: int) -> int | None:
+    """The tokens of each default prompt when even MIN_PROMPTS whole windows would pass
+    PROMPT_WORK (a long context on millions of parameters): held-out windows are cut to their
+    first this many (at least 8); None: whole windows."""
+    if MIN_PROMPTS * n_ctx * n_params <= PROMPT_WORK:
+        return None
+    return int(min(n_ctx, max(8, PROMPT_WORK // (MIN_PROMPTS * n_params))))
 
 
 def default_prompts(
@@ -121,9 +131,13 @@ def analyze(
     model, task = run.model(step), run.task
     data = run.data()
     loss, rule_error = evaluate(Params.stack(run.cfg, [model.tensors]), data)
+    measured = data  # the windows the knobs' means and the default prompts come from
     if prompts is None:
-        prompts, prompt_source = default_prompts(task, data, n_params=run.cfg.n_params), "held-out"
-    kls = knob_kls(model, prompts, standard_knobs(model, reference_windows(data)))
+        length = prompt_length(run.cfg.n_ctx, run.cfg.n_params)
+        measured = cut_windows(data, length)
+        prompts = default_prompts(task, measured, n_params=run.cfg.n_params)
+        prompt_source = "held-out" + (f" (their first {length} tokens)" if length else "")
+    kls = knob_kls(model, prompts, standard_knobs(model, reference_windows(measured)))
     pushes, exact = attribution(model, prompts)
     report = {
         "run": str(run.path),
