@@ -126,6 +126,7 @@ def main():
                 }
                 for view, command in views.items():
                     seconds, peak, outcome = timed(command, args.timeout)
+                    outcome = outcome.replace(str(run), f"RUN-{name}")  # not this machine's path
                     print(
                         f"| {name} ({shape}) | {params:,} | {view} | {seconds} | {peak} | "
                         f"{outcome} |",
