@@ -96,6 +96,7 @@ def main():
     args = parser.parse_args()
     from common import record  # bench/, the script's own folder
 
+    load = os.getloadavg()[0]
     with record(__file__, "Every view on imported models", markdown=True):
         print(
             "| model | parameters | view | seconds | peak memory | outcome |\n"
@@ -125,6 +126,7 @@ def main():
                 }
                 for view, command in views.items():
                     seconds, peak, outcome = timed(command, args.timeout)
+                    outcome = outcome.replace(str(run), f"RUN-{name}")  # not this machine's path
                     print(
                         f"| {name} ({shape}) | {params:,} | {view} | {seconds} | {peak} | "
                         f"{outcome} |",
@@ -132,7 +134,11 @@ def main():
                     )
         print(
             "\nThe peak is the largest resident set of the command or any one of its worker "
-            "processes (`/usr/bin/time -v`)."
+            "processes (`/usr/bin/time -v`). Views run past --timeout "
+            f"({args.timeout} s) are recorded as stopped, not guessed at. The machine's load "
+            f"average over a minute was {load:.1f} when the script began and "
+            f"{os.getloadavg()[0]:.1f} when it ended, on {os.cpu_count()} cores: on a shared "
+            "machine the times are upper bounds for an idle one."
         )
 
 

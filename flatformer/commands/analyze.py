@@ -48,6 +48,11 @@ def render_report(report: dict):
             f"({report['n_params']} parameters), step {report['step']}; held-out loss "
             f"{held['loss']:.4f}, rule error {held['rule_error']:.2%} over "
             f"{held['rule_positions']} positions"
+            + (
+                f" (of {held['rule_positions_all']:,}, evenly spaced)"
+                if held.get("rule_positions_all", 0) > held["rule_positions"]
+                else ""
+            )
         )
     )
     if report["algorithm"] is not None:
@@ -117,7 +122,18 @@ def render_report(report: dict):
         )
     out.print(table)
     if report.get("edge_circuit"):
-        render_edge_circuit(report["edge_circuit"])
+        render_edge_circuit(report["edge_circuit"], report.get("edge_circuit_scope"))
+    elif report.get("edge_circuit_scope"):
+        scope = report["edge_circuit_scope"]
+        out.print()
+        out.print(
+            _line(
+                f"Circuit: not searched (about {scope['estimated_seconds'] / 60:.0f} minutes "
+                f"even on {scope['prompts']} prompts of {scope['length'] or 'all'} tokens); "
+                f"flatformer circuits RUN --prompts {scope['prompts']} --length "
+                f"{scope['length'] or report['model']['n_ctx']} runs it"
+            )
+        )
     if report.get("grokking"):
         render_grokking(report["grokking"])
     if report.get("induction"):
@@ -126,14 +142,21 @@ def render_report(report: dict):
         render_patching(report["patching"])
 
 
-def render_edge_circuit(found: dict):
-    """Three lines: the circuit (flatformer circuits has the full tables)."""
+def render_edge_circuit(found: dict, scope: dict | None = None):
+    """Three lines: the circuit (flatformer circuits has the full tables), and on which
+    prompts when the default was narrowed (`scope`)."""
+    narrowed = (
+        f", on {scope['prompts']} prompts"
+        + (f" of their first {scope['length']} tokens" if scope["length"] else "")
+        if scope
+        else ""
+    )
     c, m = found["circuit"], found["methods"]
     faith = "-" if c["faithfulness"] is None else f"{c['faithfulness']:.3f}"
     out.print()
     out.print(
         Text(
-            f"Circuit ({found['ablation']} ablation, {found['metric']}; flatformer "
+            f"Circuit ({found['ablation']} ablation, {found['metric']}{narrowed}; flatformer "
             f"circuits RUN for more)",
             style="bold",
         )

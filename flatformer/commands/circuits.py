@@ -26,6 +26,7 @@ def render_circuits(report: dict, top: int):
             f"{report['run']}, step {report['step']}: {report['ablation']} ablation, "
             f"metric {report['metric']} over {report['prompts']} held-out prompts"
             + (" at every position" if report["readouts"] > report["prompts"] else "")
+            + _scope_note(report.get("scope"))
         )
     )
     out.print(
@@ -100,6 +101,19 @@ def render_circuits(report: dict, top: int):
         render_known(report["known_circuit"])
 
 
+def _scope_note(scope: dict | None) -> str:
+    """What narrowed the default prompts, and the flags that widen them."""
+    if not scope:
+        return ""
+    cut = f" of their first {scope['length']} tokens" if scope["length"] else ""
+    if not scope["narrowed"]:
+        return cut
+    return (
+        f"{cut} (narrowed to a search of about {scope['estimated_seconds']:.0f} s; "
+        "--prompts N and --length N for more)"
+    )
+
+
 def render_known(known: dict):
     out.print()
     title = f"Methods against the known circuit ({known['edges']} edges, {known['source']})"
@@ -113,6 +127,27 @@ def render_known(known: dict):
             label, _f(m["auc"]), _f(m["precision"]), _f(m["recall"]), Text(m["selected_by"])
         )
     out.print(table)
+
+
+def _scope(loaded, step, prompts: Optional[str], length: Optional[int]):
+    """The prompts a search on this run measures (edges.budget): as asked when given, else 200
+    narrowed to about a minute's search; refused in one line when even the narrowest default
+    would take several."""
+    from ..edges.budget import BUDGET_SECONDS, choose_scope
+
+    model = loaded.model(loaded.resolve_step(step))
+    width = loaded.cfg.n_ctx
+    if prompts is not None:
+        n = whole("--prompts", int(prompts), 1, 1_000_000)
+        return choose_scope(model, width, n, length or width, budget=float("inf"))
+    scope = choose_scope(model, width, 200, length)
+    if scope.seconds > 3 * BUDGET_SECONDS:
+        raise FlatformerError(
+            f"{loaded.path}: a circuit search would take about {scope.seconds / 60:.0f} minutes "
+            f"even on {scope.prompts} prompts of {scope.length or width} tokens; ask for it "
+            f"with --prompts {scope.prompts} --length {scope.length or width}, or fewer"
+        )
+    return scope
 
 
 def parse_path(text: str) -> list[tuple[str, str]]:
@@ -156,9 +191,10 @@ def circuits(
         help="Comma-separated methods; the "
         "exact effects are always computed (they are the ground truth).",
     ),
-    prompts: str = typer.Option(
-        "200",
-        help="Held-out prompts to measure on: a count, or a "
+    prompts: Optional[str] = typer.Option(
+        None,
+        help="Held-out prompts to measure on [200, fewer for a large model: the search is "
+        "estimated first]: a count, or a "
         'JSON-lines prompts FILE of {"prompt", "target", '
         '"corrupt", "corrupt_target"} examples (write a task\'s own '
         "with `flatformer prompts RUN --out FILE`; docs/guide/prompts.md).",
@@ -166,6 +202,11 @@ def circuits(
     target: float = typer.Option(0.95, help="Faithfulness the circuit must reach."),
     tau: Optional[float] = typer.Option(
         None, help="ACDC's threshold in metric units [1% of the clean-vs-ablated gap]."
+    ),
+    length: Optional[int] = typer.Option(
+        None,
+        help="Cut each held-out prompt to its first N tokens [whole windows, shorter for a "
+        "large model].",
     ),
     ig_steps: int = typer.Option(5, help="EAP-IG's integration steps."),
     top: int = typer.Option(15, help="Edges shown in the table."),
@@ -188,9 +229,12 @@ def circuits(
     if positions not in READOUTS:
         raise FlatformerError(f"--positions must be last or all, got {positions!r}")
     loaded = load_run(run)
-    examples = None
-    if prompts.isdigit():
-        prompts = whole("--prompts", int(prompts), 1, 1_000_000)
+    examples, scope = None, None
+    if prompts is None or prompts.isdigit():
+        if length is not None:
+            whole("--length", length, 1, loaded.cfg.n_ctx)
+        scope = _scope(loaded, step, prompts, length)
+        prompts, length = scope.prompts, scope.length
     else:
         from ..tasks.prompts import read_examples
 
@@ -225,7 +269,11 @@ def circuits(
             edges,
             examples,
             positions,
+            length,
         )
+    if scope is not None:
+        report["scope"] = {"prompts": scope.prompts, "length": scope.length,
+                           "estimated_seconds": scope.seconds, "narrowed": scope.narrowed}  # fmt: skip
     if as_json:
         print(strict_json(report))
         return

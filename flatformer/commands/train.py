@@ -165,8 +165,12 @@ def eval_cmd(
         print(strict_json(result))
     else:
         rule = result["rule_error"]
+        kept = result.get("rule_positions")
+        sample = f" (on {kept[0]:,} of {kept[1]:,} positions, evenly spaced)" if kept else ""
         out.print(
-            f"{run}: step {result['step']}, held-out loss {result['loss']:.4f}, " + rule_text(rule),
+            f"{run}: step {result['step']}, held-out loss {result['loss']:.4f}, "
+            + rule_text(rule)
+            + sample,
             markup=False,
             soft_wrap=True,
         )

@@ -72,12 +72,18 @@ def circuits_report(
     path=None,
     examples=None,
     positions="last",
+    length=None,
 ) -> dict:
     """The JSON report of `flatformer circuits` for a loaded run; with `path` (edges), also
-    that path's path-patching effect between the clean and the corrupt prompts."""
+    that path's path-patching effect between the clean and the corrupt prompts; with `length`,
+    on held-out windows cut to their first `length` tokens (budget.cut_windows)."""
+    from .budget import cut_windows
+
     step = run.resolve_step(step)
     # Examples ablated by resampling or zeroing need no task data (an imported model has none)
     data = run.data() if examples is None or ablation == "mean" else None
+    if data is not None and examples is None:
+        data = cut_windows(data, length)
     tokens = examples[0] if examples is not None else prompts_for(run.task, data, prompts)[0]
     # Read at every position, the last layer runs once per position of each prompt.
     reads = len(tokens) * (tokens.shape[1] if positions == "all" else 1)

@@ -22,6 +22,12 @@ from .model import cross_entropy, forward, backward, keep_freed_memory
 # enough that allocating them fresh each time (page faults) costs more than the arithmetic
 # (measured: 2-3x).
 GROUP, CHUNK = 16, 64
+# ... and of at most CHUNK_TOKENS positions and PATTERN_ENTRIES attention weights (windows x
+# heads x T^2, each layer's scores and pattern kept in the cache): a long context's windows 64
+# at a time would hold (64 x 1,024 x vocabulary) logits at once (2 GB at a vocabulary of
+# 4,000), and 4 windows of 1,024 with 8 heads 2.7 GB of patterns over 5 layers.
+CHUNK_TOKENS = CHUNK * 64
+PATTERN_ENTRIES = CHUNK * 4 * 64 * 64
 # Seeds per held-out pass: memory stays flat in the number of seeds (1,024 seeds' held-out
 # logits at once would take ~300 MB, and the loss several times that).
 EVAL_SEEDS = 64
@@ -96,15 +102,37 @@ class Reference(Engine):
         keep_freed_memory()
         S, W = params.n_seeds, len(inputs)
         V = params.cfg.vocab_out
+        if index is not None and params.cfg.causal:
+            return self._logits_read(params, inputs, np.asarray(index))
         result = np.empty((S, W, V) if index is not None else (S, *inputs.shape, V))
+        chunk = windows_per_chunk(inputs.shape[1], params.cfg.n_heads)
         for lo in range(0, S, GROUP):
             group = params.select(range(lo, min(lo + GROUP, S))) if S > GROUP else params
-            for c in range(0, W, CHUNK):
-                chunk = inputs[c : c + CHUNK]
-                logits, _ = forward(group, np.broadcast_to(chunk, (group.n_seeds, *chunk.shape)))
+            for c in range(0, W, chunk):
+                part = inputs[c : c + chunk]
+                logits, _ = forward(group, np.broadcast_to(part, (group.n_seeds, *part.shape)))
                 if index is not None:
-                    logits = logits[:, np.arange(len(chunk)), index[c : c + CHUNK]]
-                result[lo : lo + group.n_seeds, c : c + CHUNK] = logits
+                    logits = logits[:, np.arange(len(part)), index[c : c + chunk]]
+                result[lo : lo + group.n_seeds, c : c + chunk] = logits
+        return result
+
+    def _logits_read(self, params, inputs, index):
+        """logits_at's (S, W, V) at one position a window, for a causal model: what a position
+        predicts depends on no later token, so each window is cut after its position and only
+        that position is unembedded (forward's `read`), windows of one position together."""
+        S, W = params.n_seeds, len(inputs)
+        result = np.empty((S, W, params.cfg.vocab_out))
+        for lo in range(0, S, GROUP):
+            group = params.select(range(lo, min(lo + GROUP, S))) if S > GROUP else params
+            seeds = slice(lo, lo + group.n_seeds)
+            for at in np.unique(index):
+                rows = np.flatnonzero(index == at)
+                chunk = windows_per_chunk(at + 1, params.cfg.n_heads)
+                for c in range(0, len(rows), chunk):
+                    part = inputs[rows[c : c + chunk], : at + 1]
+                    tokens = np.broadcast_to(part, (group.n_seeds, *part.shape))
+                    logits, _ = forward(group, tokens, read=np.array([at]))
+                    result[seeds, rows[c : c + chunk]] = logits[:, :, 0]
         return result
 
     def evaluate(self, params, data, with_loss: bool = True):
@@ -154,6 +182,13 @@ class Compiled(Engine):
 
     def logits_at(self, params, inputs, index=None):
         return kernels.logits_at(params, inputs, index)
+
+
+def windows_per_chunk(T: int, heads: int = 1) -> int:
+    """How many windows of T positions the reference evaluates at once (a model of `heads`
+    heads a layer)."""
+    T = max(T, 1)
+    return max(1, min(CHUNK, CHUNK_TOKENS // T, PATTERN_ENTRIES // (heads * T * T)))
 
 
 REFERENCE, COMPILED = Reference(), Compiled()

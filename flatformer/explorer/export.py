@@ -261,8 +261,13 @@ def export_run(
         demo_tokens=opening or (read_demo(task, demo, run.cfg.n_ctx) if known else None),
         input_note=TOKENIZER_NOTE if getattr(task, "tokenizer", None) == "hf" else None,
     )
-    if known:
-        data["circuit"] = circuit_export(run, step, task_data)
+    circuit = circuit_export(run, step, task_data) if known else None
+    if circuit:
+        data["circuit"] = circuit
+    elif known:
+        data["circuit_note"] = (
+            "The search for this model's circuit takes minutes: flatformer circuits finds it."
+        )
     if known and task_name == "modular-addition":
         data["key_phase"] = key_phase(run, task.p)
     if task_name == "induction":
@@ -298,21 +303,36 @@ def read_demo(task, demo: str, n_ctx: int) -> list[int] | None:
     return tokens if 1 <= len(tokens) <= n_ctx else None
 
 
-def circuit_export(run: Run, step: int, data: TaskData) -> dict:
+def circuit_export(run: Run, step: int, data: TaskData) -> dict | None:
     """What the page's circuit panel needs beyond the weights and the mean-ablation windows
     (`measures.mean_windows`, over which the page averages the senders' outputs itself, at any
     checkpoint): the circuit `flatformer circuits` finds at `step` (mean ablation, default
-    metric)."""
-    from ..edges.methods import shown_circuit
+    metric); None when its search would take minutes."""
+    from ..edges.budget import choose_scope, cut_windows
+    from ..edges.methods import build_problem, find_circuits
 
-    found = shown_circuit(run.model(step), run.task, data)
-    return {
+    model = run.model(step)
+    # The page is written in seconds: a model whose search would take longer gets it on
+    # fewer, shorter held-out windows (edges.budget), or, past that, none (the panel says so).
+    scope = choose_scope(model, data.val_inputs.shape[1], 200, budget=CIRCUIT_SECONDS)
+    if scope.seconds > 3 * CIRCUIT_SECONDS:
+        return None
+    problem = build_problem(model, run.task, cut_windows(data, scope.length), "mean",
+                            n_prompts=scope.prompts)  # fmt: skip
+    found = find_circuits(problem, methods=("exact",))
+    circuit = {
         "step": step,
         "metric": found["metric"],
         "edges": found["circuit"]["edges"],
         "faithfulness": found["circuit"]["faithfulness"],
         "edges_total": found["circuit"]["edges_total"],
     }
+    if scope.narrowed:
+        circuit["scope"] = {"prompts": scope.prompts, "length": scope.length}
+    return circuit
+
+
+CIRCUIT_SECONDS = 15.0  # the page's circuit search, at most (estimated)
 
 
 def key_phase(run: Run, p: int) -> dict:

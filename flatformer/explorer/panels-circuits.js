@@ -55,7 +55,7 @@ Panels.circuits = (ctx) => {
     const C = DATA.circuit;
     const el = section("edges", "Circuit",
       "The model as a graph: embeddings, each head (reading the stream three times: q, k, v), each MLP, the logits. An edge is one node's output as a later one reads it. Click an edge to ablate it (it then carries its mean output over the held-out windows, mean ablation); its width is the KL of the last next-token distribution when it alone is ablated, on this prompt.");
-    const why = DATA.format === "flatformer-playground-1"
+    const why = DATA.circuit_note ? DATA.circuit_note : DATA.format === "flatformer-playground-1"
       ? "The circuit comes from `flatformer circuits`: download the run and open it with `flatformer explore`."
       : "This run's task is unknown to this version: no circuit.";
     // Without held-out windows there is no mean to ablate to; without a circuit (the
@@ -70,7 +70,7 @@ Panels.circuits = (ctx) => {
     const note = h("p", {class: "fig-note", id: "circuit-note"});
     const box = h("div", {class: "edge-graph", id: "edge-graph"});
     const out = h("table", {class: "ablations", id: "edge-output"});
-    el.append(row(C ? h("label", {}, only, ` circuit only (the ${C.edges.length} of ${C.edges_total} edges flatformer circuits kept at step ${C.step}, faithfulness ${C.faithfulness === null ? "-" : C.faithfulness.toFixed(3)} of the ${C.metric})`)
+    el.append(row(C ? h("label", {}, only, ` circuit only (the ${C.edges.length} of ${C.edges_total} edges flatformer circuits kept at step ${C.step}${C.scope ? ` on ${C.scope.prompts} held-out prompts${C.scope.length ? ` of ${C.scope.length} tokens` : ""}` : ""}, faithfulness ${C.faithfulness === null ? "-" : C.faithfulness.toFixed(3)} of the ${C.metric})`)
       : h("span", {class: "fig-note", id: "no-circuit"}, `No circuit highlighted: ${why}`), reset), note, box, out);
     const cols = {}, colOf = (n) => (n === "tok" || n === "pos" ? 0 : n === "logits" ? 1 + 2 * L
       : 1 + 2 * Number(n.slice(1).split(".")[0]) + (n[0] === "m" ? 1 : 0));

@@ -73,6 +73,14 @@ def symmetric(values, floor: float = 1e-9) -> float:
     return max(float(np.abs(v).max()) if v.size else 1.0, floor)
 
 
+MAX_TICKS = 64  # labels an axis of a heatmap carries: every row of a larger one is unreadable
+
+
+def labelled(n: int) -> list[int]:
+    """Which of n rows (or columns) get a label: all up to MAX_TICKS, else every k-th."""
+    return list(range(0, n, max(1, -(-n // MAX_TICKS))))
+
+
 def heatmap(
     ax,
     matrix,
@@ -99,9 +107,11 @@ def heatmap(
         vmin = -vmax
     image = ax.imshow(m, cmap=cmap(cmap_name), vmin=vmin, vmax=vmax, aspect="auto")
     if rows is not None:
-        ax.set_yticks(range(len(rows)), rows)
+        at = labelled(len(rows))
+        ax.set_yticks(at, [rows[i] for i in at])
     if cols is not None:
-        ax.set_xticks(range(len(cols)), cols)
+        at = labelled(len(cols))
+        ax.set_xticks(at, [cols[i] for i in at])
     ax.tick_params(length=0)
     if annotate is None:
         annotate = m.shape[0] <= 12 and m.shape[1] <= 12

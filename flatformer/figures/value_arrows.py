@@ -39,7 +39,9 @@ class ValueArrows:
 def compute_value_arrows(ctx: FigureContext, n: int = 160) -> ValueArrows:
     """At `n` held-out predictions the rule constrains (evenly spaced over the held-out set):
     the residual before the last block's attention, what attention adds, the sum, and whether
-    the model's guess is right."""
+    the model's guess is right. Windows longer than 64 tokens are fewer, n x 64 tokens in all
+    (at least 32 of them): each is a forward pass of the whole context (the title counts them)."""
+    n = min(n, max(32, n * 64 // ctx.rule_windows[0].shape[1]))
     keep = evenly_spaced(len(ctx.rule_windows[0]), n)
     inputs, index, targets, allowed = (a[keep] for a in ctx.rule_windows)
     b = f"blocks.{ctx.cfg.n_layers - 1}."

@@ -8,6 +8,7 @@ engine's own hooks (LayerNorm and biases included exactly as it applies them).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -56,6 +57,7 @@ def some_points(model: Transformer, tokens, positions) -> dict[str, np.ndarray]:
     are V x T x V) need never exist."""
     tokens, positions = np.asarray(tokens, dtype=int), np.asarray(positions, dtype=int)
     width = int(positions.max()) + 1  # causal: later positions change nothing before them
+    model = first_block(model)  # every hook read comes before block 0's attention
     step = rows_per_pass(model.cfg, width)
     parts: dict[str, list[np.ndarray]] = {name: [] for name in POINT_HOOKS}
     for start in range(0, len(tokens), step):
@@ -64,6 +66,21 @@ def some_points(model: Transformer, tokens, positions) -> dict[str, np.ndarray]:
         for name in POINT_HOOKS:
             parts[name].append(cache[name][:, positions])
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+
+
+def first_block(model: Transformer) -> Transformer:
+    """The model cut after block 0 (its embeddings, block 0 and the unembedding): the same
+    numbers up to block 0's output, without the later blocks' passes (most of a large
+    model's forward pass)."""
+    if model.cfg.n_layers == 1:
+        return model
+    keep = {
+        name: w
+        for name, w in model.tensors.items()
+        if not name.startswith("blocks.") or name.startswith("blocks.0.")
+    }
+    cfg = dataclasses.replace(model.cfg, n_layers=1, attn_types=tuple(model.cfg.attn_types[:1]))
+    return Transformer(cfg, keep)
 
 
 def _points(model: Transformer, tokens, positions) -> dict[str, np.ndarray]:

@@ -38,6 +38,9 @@ NO_TEXT = (
 
 class ImportedTask(Task):
     name = "imported"
+    # Positions the rule error reads, at most (tasks.windows): an imported model is the large
+    # one, its every window a full forward pass of its context.
+    rule_tokens = 2**15
 
     def __init__(
         self,

@@ -11,6 +11,12 @@ from ..errors import FlatformerError
 from .base import Task
 
 VAL_WINDOWS = 400
+# The rule error reads one window per constrained position: past a task's `rule_tokens`
+# positions in all (default RULE_TOKENS; an imported text's 20,000 windows of 64 are 1.3
+# million), an evenly spaced sample of max(RULE_MIN_WINDOWS, rule_tokens // n_ctx) of them.
+# Every task here stays under the default.
+RULE_TOKENS = 2**18
+RULE_MIN_WINDOWS = 16
 
 
 def evenly_spaced(n: int, k: int) -> np.ndarray:
@@ -120,6 +126,7 @@ class TaskData:
     rule_index: np.ndarray
     rule_targets: np.ndarray  # (R,) the forced target, or -1 where several tokens are allowed
     rule_allowed: np.ndarray  # (R, V) the tokens the rule allows: a top prediction outside errs
+    rule_total: int = -1  # constrained positions before sampling (rule_windows_kept); -1: R
 
     @classmethod
     def build(cls, task: Task, n_ctx: int, data_seed: int = 0) -> "TaskData":
@@ -143,7 +150,11 @@ class TaskData:
         if not task.answer_only:
             val_starts = val_starts[evenly_spaced(len(val_starts), VAL_WINDOWS)]
         val_inputs, val_targets, val_weights = held.windows(val_starts, n_ctx, drop_unseen=False)
-        rule_inputs, rule_index, rule_targets, rule_allowed = held.rule_windows(n_ctx)
+        rule = held.rule_windows(n_ctx)
+        total = len(rule[0])
+        kept = rule_windows_kept(total, n_ctx, getattr(task, "rule_tokens", RULE_TOKENS))
+        rule = tuple(a[kept] for a in rule)
+        rule_inputs, rule_index, rule_targets, rule_allowed = rule
         return cls(
             train,
             held,
@@ -155,4 +166,13 @@ class TaskData:
             rule_index,
             rule_targets,
             rule_allowed,
+            total,
         )
+
+
+def rule_windows_kept(total: int, n_ctx: int, budget: int = RULE_TOKENS) -> np.ndarray:
+    """Which of `total` rule-error windows of n_ctx positions are measured: all of them up to
+    `budget` positions, else an evenly spaced max(RULE_MIN_WINDOWS, budget // n_ctx)."""
+    if total * n_ctx <= budget:
+        return np.arange(total)
+    return evenly_spaced(total, max(RULE_MIN_WINDOWS, budget // n_ctx))

@@ -63,7 +63,8 @@ def check_indices(data: TaskData, cfg, path):
 
 def evaluate_run(path, step: int | None = None) -> dict:
     """{"step", "loss", "rule_error"} of a run folder's checkpoint (default: the last), and
-    "loss_floor" when the task knows the lowest loss any model could reach (Task.loss_floor)."""
+    "loss_floor" when the task knows the lowest loss any model could reach (Task.loss_floor);
+    "rule_positions" [measured, all] when the rule error read a sample of its positions."""
     run = load_run(path)
     step = run.resolve_step(step)
     params = Params.stack(run.cfg, [run.weights(step)])
@@ -81,5 +82,7 @@ def evaluate_run(path, step: int | None = None) -> dict:
             f"weights are so large that softmax overflows)"
         )
     result = {"step": step, "loss": float(loss[0]), "rule_error": float(rule_error[0])}
+    if len(data.rule_inputs) < data.rule_total:  # a sample of the positions (windows.py)
+        result["rule_positions"] = [len(data.rule_inputs), data.rule_total]
     floor = run.task.loss_floor(data)
     return {**result, "loss_floor": floor} if floor else result
