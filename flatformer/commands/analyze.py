@@ -348,7 +348,7 @@ def _head(text: str) -> tuple[int, int]:
 
 
 def _outputs(run, tokens, prompt: str, hooks, step, as_json: bool):
-    if run.vocab[0] == "BOS" and tokens[0] != 0:  # a compiled program reads BOS first
+    if tokens[0] != 0:  # a compiled program reads BOS (token 0) first
         tokens, prompt = [0, *tokens], f"BOS {prompt}"
     if len(tokens) > run.cfg.n_ctx:
         raise FlatformerError(f"--prompt has {len(tokens)} tokens; the model reads {run.cfg.n_ctx}")
@@ -399,6 +399,7 @@ def generate(
     """Continue a prompt with the trained model (the context slides over the last n_ctx tokens),
     optionally with heads, MLPs or positions switched off or the attention scaled."""
     from ..readout import switches
+    from ..rasp.run import is_compiled
     from ..readout import generate as sample
     from ..store.runs import load_run
 
@@ -411,7 +412,7 @@ def generate(
     hooks = switches(
         loaded.cfg, [_head(h) for h in head_off or []], mlp_off or [], not positions_off, beta
     )
-    if loaded.vocab_out != loaded.vocab[: len(loaded.vocab_out)]:
+    if is_compiled(loaded):
         # A compiled program's outputs are its values, not tokens it reads: nothing to feed
         # back, so it is read once, at every position (its value at each input).
         _outputs(loaded, tokens, decode(tokens), hooks, step, as_json)

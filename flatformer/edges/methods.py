@@ -180,17 +180,17 @@ def build_problem(
         }
     else:
         refs = sender_outputs(graph, corrupt)
-    rows = None
-    if positions == "all":
-        B, T = tokens.shape
-        if T < 2:
-            raise FlatformerError("--positions all needs prompts of at least two tokens")
-        rows, index = np.repeat(np.arange(B), T - 1), np.tile(np.arange(1, T), B)
-        clean = graph.forward(tokens, refs, np.ones((1, graph.n_edges)), (rows, index))[0][0]
-        target = clean.argmax(-1)
-    return Problem(
-        graph, tokens, index, target, corrupt, corrupt_target, refs, metric, ablation, rows
-    )
+    if positions == "last":
+        return Problem(
+            graph, tokens, index, target, corrupt, corrupt_target, refs, metric, ablation
+        )
+    B, T = tokens.shape
+    if T < 2:
+        raise FlatformerError("--positions all needs prompts of at least two tokens")
+    rows, index = np.repeat(np.arange(B), T - 1), np.tile(np.arange(1, T), B)
+    problem = Problem(graph, tokens, index, None, corrupt, None, refs, metric, ablation, rows)
+    problem.target = problem.clean_logits.argmax(-1)  # each position's own output
+    return problem
 
 
 def prompt_bytes(cfg, width: int) -> int:

@@ -68,18 +68,10 @@ def grad_map(tensors: dict, grads: dict, P: np.ndarray) -> np.ndarray:
     return dP
 
 
-def principal_map(params: Params, batches, width: int) -> np.ndarray:
-    """(d, width) orthonormal columns: the stream's top principal directions (uncentred), over
-    every position of every input at every layer, the best linear start: it keeps the most of
-    the stream that a projection of this width can."""
-    d = params.cfg.d_model
-    gram = np.zeros((d, d))
-    for tokens in batches:
-        _, cache = forward(params, tokens[None])
-        for name, x in cache.items():
-            if name.endswith(("hook_resid_pre", "hook_resid_mid", "hook_resid_post")):
-                x = x.reshape(-1, d)
-                gram += x.T @ x
+def principal_map(gram: np.ndarray, width: int) -> np.ndarray:
+    """(d, width) orthonormal columns: the top eigenvectors of the stream's (uncentred) Gram
+    matrix over every position of every input at every layer, the best linear start: it keeps
+    the most of the stream that a projection of this width can."""
     values, vectors = np.linalg.eigh(gram)
     return vectors[:, np.argsort(values)[::-1][:width]]
 
@@ -127,13 +119,16 @@ def compress(
         )
     small = replace(cfg, d_model=width)
     full = Params.stack(cfg, [tensors])
-    P = principal_map(full, batches, width)
-    data = []
+    data, gram = [], np.zeros((d, d))
     for tokens in batches:
-        clean = forward(full, tokens[None])[0]  # (1, B, T, V): argmax the program's values
+        clean, cache = forward(full, tokens[None])  # (1, B, T, V): argmax the program's values
+        for name, x in cache.items():
+            if name.endswith(("hook_resid_pre", "hook_resid_mid", "hook_resid_post")):
+                gram += x.reshape(-1, d).T @ x.reshape(-1, d)
         weights = np.ones(clean.shape[:-1])
         weights[..., 0] = 0.0  # BOS's position carries no value
         data.append((tokens[None], clean, clean.argmax(-1), weights))
+    P = principal_map(gram, width)
     total = sum(w.sum() for *_, w in data)
     m, v = np.zeros_like(P), np.zeros_like(P)
     b1, b2, eps = 0.9, 0.999, 1e-8
