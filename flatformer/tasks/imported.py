@@ -201,6 +201,11 @@ class ImportedTask(Task):
 
 
 def imported_for_run(config: dict) -> ImportedTask:
+    rasp = (config.get("imported") or {}).get("rasp")
+    if isinstance(rasp, dict) and "held_out" in rasp:  # a compiled program's classes
+        from .program import program_for_run
+
+        return program_for_run(config, rasp)
     spec = config.get("imported_task")
     if not isinstance(spec, dict) or not isinstance(spec.get("raw", {}), dict):
         raise FlatformerError("run config names an imported model but holds no imported_task")
