@@ -201,8 +201,9 @@ class ImportedTask(Task):
 
 
 def imported_for_run(config: dict) -> ImportedTask:
-    rasp = (config.get("imported") or {}).get("rasp")
-    if isinstance(rasp, dict) and "held_out" in rasp:  # a compiled program's classes
+    imported = config.get("imported")
+    rasp = imported.get("rasp") if isinstance(imported, dict) else None
+    if isinstance(rasp, dict):  # a compiled program: its targets are classes
         from .program import program_for_run
 
         return program_for_run(config, rasp)
