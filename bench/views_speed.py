@@ -1,6 +1,7 @@
 """What each view costs on an imported model: wall time and peak memory of `figures`, `eval`,
-`analyze`, `circuits` and `explore` on Hugging Face GPT-2 models of about 0.1M, 1M and 5M
-parameters, each imported with a held-out text.
+`analyze`, `circuits`, `explore`, `generate`, `geometry`, `graph` and `dictionary` (each with
+its defaults) on Hugging Face GPT-2 models of about 0.1M, 1M and 5M parameters, each imported
+with a held-out text. (`animate` needs a run's training checkpoints: an imported model has one.)
 
     python bench/views_speed.py [--sizes 0.1M,1M,5M] [--timeout 600]
 
@@ -28,6 +29,7 @@ SIZES = {
     "5M": (4000, 1024, 256, 5, 8),
 }
 TEXT_TOKENS = 20_000
+PROMPT = "1 2 3 4 5 6 7 8"  # token ids: the imported models read ids
 
 
 def build(folder: Path, vocab: int, ctx: int, d: int, layers: int, heads: int) -> Path:
@@ -117,12 +119,20 @@ def main():
 
                 params = load_run(run).cfg.n_params
                 shape = f"vocabulary {vocab:,}, context {ctx:,}, d_model {d}, {layers} layers"
+
+                def tmp_out(kind: str) -> Path:
+                    return Path(tmp) / f"{kind}-{name}"
+
                 views = {
                     "figures": ["figures", str(run), "--out", str(Path(tmp) / f"fig-{name}")],
                     "eval": ["eval", str(run)],
                     "analyze": ["analyze", str(run)],
                     "circuits": ["circuits", str(run)],
                     "explore": ["explore", str(run), "--out", str(Path(tmp) / f"{name}.html")],
+                    "generate": ["generate", str(run), "--prompt", PROMPT, "-n", "32"],
+                    "geometry": ["geometry", str(run)],
+                    "graph": ["graph", str(run), "--prompt", PROMPT, "--out", str(tmp_out("g"))],
+                    "dictionary": ["dictionary", str(run), "--out", str(tmp_out("d"))],
                 }
                 for view, command in views.items():
                     seconds, peak, outcome = timed(command, args.timeout)
