@@ -403,3 +403,22 @@ def test_the_graph_of_a_compiled_histogram_finds_its_known_circuit():
     result = score(truth, with_qk)
     assert (result["auc"], result["precision"], result["recall"]) == (1.0, 1.0, 1.0)
     assert result["circuit"] == len(known) == 6
+
+
+def test_a_graph_larger_than_the_machine_is_refused_before_its_matrices(monkeypatch):
+    """The sources are known once the replacement model is built: a graph whose matrices would
+    pass the machine's memory is refused there, in one line naming a prompt that fits."""
+    from flatformer.graph.attribution import graph_memory
+
+    model = random_model(CONFIGS[list(CONFIGS)[0]])
+    tokens = np.arange(min(model.cfg.n_ctx, 7)) % model.cfg.d_vocab
+    graph = attribute(model, random_transcoders(model), tokens)
+    rep = graph.extras["replacement"]
+    needed = graph_memory(rep.n_sources, graph.n_features, graph.n_logits)
+    assert needed >= 8 * 5 * len(graph.adjacency) ** 2
+    monkeypatch.setattr("flatformer.store.resources.available_memory", lambda: needed // 10)
+    with pytest.raises(FlatformerError) as err:
+        attribute(model, random_transcoders(model), tokens)
+    message = str(err.value)
+    assert "\n" not in message and "the attribution graph of 7 tokens" in message
+    assert "a prompt of about 2 tokens would fit" in message

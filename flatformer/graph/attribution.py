@@ -85,6 +85,30 @@ def salient_logits(logits: np.ndarray, max_n_logits: int = 10, desired_prob: flo
     return order, probs[order]
 
 
+def graph_memory(n_sources: int, n_features: int, n_logits: int) -> int:
+    """Bytes of the graph's float64 matrices: every source's effect on every target, and the
+    (n, n) adjacency with the copies pruning makes of it (normalised, absolute, pruned)."""
+    n = n_sources + n_logits
+    return 8 * ((n_sources + 1) * (n_features + n_logits) + 5 * n * n)
+
+
+def check_graph_memory(n_sources: int, n_features: int, n_logits: int, n_tokens: int):
+    """Refuse in one line, before the matrices are made, a graph larger than the machine's
+    memory; the sources grow with the prompt, so the hint is a shorter one."""
+    from ..store.resources import available_memory, check_memory
+
+    needed, memory = graph_memory(n_sources, n_features, n_logits), available_memory()
+    if memory is None or needed <= memory:
+        return
+    fit = max(1, int(n_tokens * (memory / needed) ** 0.5))
+    check_memory(
+        needed,
+        f"the attribution graph of {n_tokens} tokens ({n_sources:,} sources)",
+        f"a prompt of about {fit} tokens would fit",
+        memory,
+    )
+
+
 def attribute(
     model,
     transcoders: list[Transcoder],
@@ -103,6 +127,7 @@ def attribute(
     rep = Replacement(model, transcoders, tokens, heads)
     logit_tokens, logit_probs = salient_logits(rep.logits[-1], max_n_logits, desired_logit_prob)
     n_s, n_f, k = rep.n_sources, rep.n_features, len(logit_tokens)
+    check_graph_memory(n_s, n_f, k, len(rep.tokens))
     target_inputs = np.zeros((n_s + 1, n_f + k))  # row 0: all off; row 1 + s: source s alone
     kept = {name: [] for name in keep}
     coef_rows = np.vstack([np.zeros(n_s), np.eye(n_s)])
