@@ -75,6 +75,11 @@ def task_for_run(config: dict) -> Task:
         return corpus_for_run(config)
     if config.get("task") == "imported":
         from .imported import imported_for_run
+        from .program import program_for_run
 
+        imported = config.get("imported")
+        rasp = imported.get("rasp") if isinstance(imported, dict) else None
+        if isinstance(rasp, dict):  # a compiled program: its targets are classes
+            return program_for_run(config, rasp)
         return imported_for_run(config)
     return get_task(config["task"], config.get("task_settings"))
