@@ -9,6 +9,7 @@ import pytest
 
 from flatformer import rasp
 from flatformer.explorer import render_html
+from flatformer.explorer.export import export_run
 from flatformer.rasp import library
 from flatformer.rasp.compile import compile_rasp_to_model
 from flatformer.rasp.run import write_compiled_run
@@ -103,3 +104,11 @@ def test_class_names_are_shown_as_text(chromium, tmp_path):
         assert shown_outputs(page) == ["b", "b", EVIL]
         assert page.locator("#program-output").text_content() == f"program({EVIL} b b) = b b {EVIL}"
         assert page.locator("#outputs svg").count() == 0
+
+
+def test_the_page_opens_on_a_program_input_read_after_bos(reverse_page):
+    run, _ = reverse_page
+    assert export_run(run.path, prompt="3 1 2")["demo"] == [0, 3, 1, 2]
+    assert export_run(run.path, prompt="BOS 3 1")["demo"] == [0, 3, 1]
+    data = export_run(run.path)
+    assert data["vocab_out"] == ["1", "2", "3"] and "position i + 1" in data["program"]

@@ -240,6 +240,8 @@ def export_run(
     if max_checkpoints < 1:
         raise FlatformerError("max_checkpoints must be at least 1")
     steps = [step] if max_checkpoints == 1 else pick_steps(run.steps, max_checkpoints, step)
+    # a compiled program (flatformer.rasp.run.is_compiled; importing it here makes a cycle)
+    compiled = (run.config.get("imported") or {}).get("format") == "rasp"
     try:
         task = run.task
         task_name, demo, focus, known = task.name, task.demo, task.focus, True
@@ -247,16 +249,16 @@ def export_run(
         windows = reference_windows(task_data)
     except FlatformerError:  # a task this version does not know: the page works without it
         task, task_name, demo, focus, known, windows = (
-            None,
+            run.task if compiled else None,  # no held-out text, but it reads a prompt
             run.config.get("task"),
             "",
             "",
             False,
             None,
         )
-    # a compiled program (flatformer.rasp.run.is_compiled; importing it here makes a cycle)
-    compiled = (run.config.get("imported") or {}).get("format") == "rasp"
     opening = opening_tokens(task, prompt, run.cfg.n_ctx) if prompt is not None else None
+    if compiled and opening and opening[0] != 0:  # a program's input, read after BOS (token 0)
+        opening = opening_tokens(task, f"BOS {prompt}", run.cfg.n_ctx)
     checkpoints = [(s, run.weights(s)) for s in steps]
     data = build_export(
         run.cfg,
