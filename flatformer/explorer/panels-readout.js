@@ -134,13 +134,14 @@ Panels.readout = (ctx) => {
       show(logits, c.run.logits, rows, ctx.vocabOut, "logits");
       show(probs, c.run.logits.map((r) => M.softmax(r)), rows, ctx.vocabOut, "logits", {limit: 1});
       clear(table);
-      table.append(h("thead", {}, h("tr", {}, h("th", {}, "position"), h("th", {}, "input"),
-        h("th", {}, program ? "output (the program's value at the position before)" : "output class"), h("th", {}, "p"))));
+      // a program's input i is read at position i + 1, where the model gives its value
+      table.append(h("thead", {}, h("tr", {}, h("th", {}, "position"), program ? h("th", {}, "program index") : null,
+        h("th", {}, "input"), h("th", {}, program ? "output: the program's value" : "output class"), h("th", {}, "p"))));
       const body = h("tbody");
       c.run.logits.forEach((r, i) => {
         const p = M.softmax(r), t = ctx.top(r), read = !program || i > 0;
         body.appendChild(h("tr", {class: read ? "" : "muted", dataset: {position: i, output: read ? ctx.vocabOut[t] : ""}},
-          h("td", {}, String(i)), h("td", {}, word(c.seq[i])),
+          h("td", {}, String(i)), program ? h("td", {}, read ? String(i - 1) : "–") : null, h("td", {}, word(c.seq[i])),
           h("td", {}, read ? h("b", {class: "output"}, ctx.wordOut(t)) : "(BOS: no value)"),
           h("td", {}, `${(100 * p[t]).toFixed(1)}%`)));
       });
