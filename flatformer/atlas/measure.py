@@ -41,9 +41,9 @@ MEASURES = PUBLISHED + OURS
 MECHANISMS = ("clock", "pizza", "other")
 
 
-def run_measures(run) -> dict:
-    """The measures of a run's last checkpoint (a `runs.Run`), {column: value}; empty for a
-    task the measures do not apply to."""
+def run_measures(run, step: int | None = None) -> dict:
+    """The measures of a run's checkpoint at `step` (a `runs.Run`; default its last),
+    {column: value}; empty for a task the measures do not apply to."""
     from ..analysis.grokking import all_pairs, pair_logits, spectrum
     from ..analysis.mechanism import mechanism_measures
     from ..engine.model import Params
@@ -52,9 +52,9 @@ def run_measures(run) -> dict:
     if task.name != "modular-addition":
         return {}
     p = task.p
-    weights = run.weights()
+    weights = run.weights(step)
     data_seed = run.config.get("data_seed", 0)
-    mechanism = mechanism_measures(run.model(), run.cfg, task, data_seed)
+    mechanism = mechanism_measures(run.model(step), run.cfg, task, data_seed)
     logits = pair_logits(Params.stack(run.cfg, [weights]), p)[0]  # (p^2, V)
     pairs = all_pairs(p)
     right = logits[:, :p].argmax(-1) == (pairs[:, 0] + pairs[:, 1]) % p

@@ -47,7 +47,7 @@ def compile_program(
     squeezed = None
     if compress is not None:
         squeezed = compressed(compiled, program, compress, compress_steps, limit)
-    write_compiled_run(compiled, result, str(source), out_dir, squeezed)
+    write_compiled_run(program, compiled, result, str(source), out_dir, squeezed)
     cfg = compiled.cfg
     out.print(
         Text(

@@ -77,6 +77,17 @@ class FigureContext:
             colors[t] = color
         return colors
 
+    @cached_property
+    def classes(self) -> list[str]:
+        """The logits' names as display text: the vocabulary's, or a compiled program's
+        output values."""
+        return labels(self.run.vocab_out) if self.task.labelled else self.vocab
+
+    @cached_property
+    def class_colors(self) -> list[str]:
+        """A colour per logit: the tokens' own, or a compiled program's values' in turn."""
+        return token_colors(self.run.vocab_out) if self.task.labelled else self.colors
+
     @property
     def shown_vocab(self) -> list[str]:
         return [self.vocab[t] for t in self.shown.tokens]
@@ -148,6 +159,9 @@ class FigureContext:
         (R,) or -1 where several tokens are allowed, allowed tokens (R, V))."""
         from ..tasks.windows import Corpus
 
+        if self.task.labelled:  # a compiled program: whole inputs, read at every position
+            data = self.task.labelled_data(self.cfg.n_ctx)
+            return data.rule_inputs, data.rule_index, data.rule_targets, data.rule_allowed
         held = Corpus.from_sequences(self.task, self.held_out, with_allowed=True)
         return held.rule_windows(self.cfg.n_ctx)
 

@@ -62,12 +62,17 @@ def rows_panel(ax, rows: SequenceRows):
     ax.set_title(rows.title + (f"  ({rows.summary})" if rows.summary else ""), loc="left")
 
 
-def status_legend(ax, with_wrong: bool, with_prompt: bool = False):
+PROGRAM_LABELS = {RIGHT: "model's output", WRONG: "model differs", FREE: "no value"}
+
+
+def status_legend(ax, with_wrong: bool, with_prompt: bool = False, labels: dict | None = None):
     from matplotlib.patches import Patch
 
-    items = [(RIGHT, "rule obeyed"), (FREE, "unconstrained")]
+    names = {RIGHT: "rule obeyed", WRONG: "rule broken", FREE: "unconstrained"}
+    names.update(labels or {})
+    items = [(RIGHT, names[RIGHT]), (FREE, names[FREE])]
     if with_wrong:
-        items.insert(1, (WRONG, "rule broken"))
+        items.insert(1, (WRONG, names[WRONG]))
     if with_prompt:
         items.append((PROMPT, "prompt"))
     handles = [
@@ -87,7 +92,10 @@ def status_legend(ax, with_wrong: bool, with_prompt: bool = False):
 
 def compute_training_data(ctx: FigureContext, n: int = 6, width: int = 32) -> SequenceRows:
     """The first `n` training sequences (first `width` tokens), each position marked by whether
-    the task's rule constrains it."""
+    the task's rule constrains it; for a compiled program, its first held-out inputs instead
+    (`program_rows`)."""
+    if ctx.task.labelled:
+        return program_rows(ctx, n)
     train, _ = ctx.split
     seqs = [s[:width] for s in train[:n]]
     status = [C.rule_status(ctx.task, s, n_ctx=len(s) + 1) for s in seqs]
@@ -101,13 +109,40 @@ def compute_training_data(ctx: FigureContext, n: int = 6, width: int = 32) -> Se
     )
 
 
+def program_rows(ctx: FigureContext, n: int) -> SequenceRows:
+    """`n` of a compiled program's held-out inputs, evenly spaced over them: each cell an input
+    value over the program's value there (its class at position i + 1 is the value at input
+    position i), green where the model's top class is that value, orange where it is not."""
+    from ..tasks.windows import evenly_spaced
+
+    data = ctx.task.labelled_data(ctx.cfg.n_ctx)
+    keep = evenly_spaced(len(data.val_inputs), n)
+    inputs, targets = data.val_inputs[keep], ctx.task.targets[keep]
+    guesses = ctx.model(inputs).argmax(-1)
+    classes = ctx.run.vocab_out
+    cells = [
+        [ctx.vocab[t] + (f"\n→ {classes[c]}" if c >= 0 else "") for t, c in zip(row, want)]
+        for row, want in zip(inputs, targets)
+    ]
+    status = [np.where(want < 0, FREE, got == want) for got, want in zip(guesses, targets)]
+    wrong = sum(int((s == WRONG).sum()) for s in status)
+    return SequenceRows(
+        f"{len(cells)} held-out inputs over the program's values",
+        cells,
+        status,
+        "",
+        f"model differs at {wrong} of {int((targets >= 0).sum())}",
+    )
+
+
 @styled
 def draw_training_data(rows: SequenceRows, fig=None):
     fig = new_figure(style.PAGE_WIDTH, 0.32 * len(rows.tokens) + 0.55, fig)
     ax = fig.add_subplot()
     rows_panel(ax, rows)
-    status_legend(ax, with_wrong=False)
-    fig.suptitle("Training data", fontsize=8)
+    program = any("→" in tok for row in rows.tokens for tok in row)
+    status_legend(ax, with_wrong=program, labels=PROGRAM_LABELS if program else None)
+    fig.suptitle("The program's inputs and values" if program else "Training data", fontsize=8)
     return fig
 
 
@@ -124,6 +159,8 @@ class LearningCurve:
 
 def compute_learning_curve(ctx: FigureContext) -> LearningCurve:
     rows = ctx.run.metrics
+    if not rows:
+        raise C.NotDrawn("this run was not trained here: it has no learning curve")
     get = lambda key: np.array([r.get(key, np.nan) for r in rows], dtype=float)  # noqa: E731
     return LearningCurve(
         get("step"),
@@ -186,6 +223,11 @@ def compute_generated_sequences(
 ) -> Generated:
     """Sequences sampled from the untrained (first checkpoint) and the drawn model, from the same
     prompts (the starts of held-out sequences) and the same random draws."""
+    if ctx.task.labelled:
+        raise C.NotDrawn(
+            "a compiled program's outputs are its values, not next tokens: "
+            "fig02 shows them (flatformer generate RUN --prompt prints them)"
+        )
     prompts = np.array([s[:prompt] for s in ctx.held_out[:n]])
     panels = []
     first = ctx.run.steps[0]

@@ -69,8 +69,8 @@ def compute_value_arrows(ctx: FigureContext, n: int = 160) -> ValueArrows:
     from .landscape import landscape_note
 
     return ValueArrows(
-        ctx.vocab,
-        ctx.colors,
+        ctx.classes,
+        ctx.class_colors,
         plane.project(e),
         moved @ plane.axes.T,  # a displacement: no centring
         plane.project(z),

@@ -13,7 +13,8 @@ import numpy as np
 from ..errors import FlatformerError
 from . import rasp as r
 from .compile import CompiledProgram
-from .validate import Validation
+from .rasp import evaluate
+from .validate import Validation, same
 
 
 def load_program(path: Path, name: str = "program") -> r.SOp:
@@ -81,13 +82,44 @@ def present_directions(model, batches, residual: list[str]) -> dict[str, list[st
     }
 
 
+def held_out_set(program, compiled: CompiledProgram, n_inputs: int = 1024, seed: int = 0):
+    """What a compiled run is measured on: every input of max_len values (a seeded sample of
+    `n_inputs` where there are more), BOS first, and the interpreter's value at each position
+    as a class id: -1 at BOS, and where the program gives no value or one outside the classes.
+    Whole inputs only: a model that attends both ways reads no padding."""
+    n, vocab = compiled.max_len, compiled.vocab
+    every = len(vocab) ** n <= n_inputs
+    if every:
+        rows = [list(xs) for xs in itertools.product(vocab, repeat=n)]
+    else:
+        rng = np.random.default_rng(seed)
+        rows = [[vocab[i] for i in rng.integers(0, len(vocab), n)] for _ in range(n_inputs)]
+    targets = np.full((len(rows), n + 1), -1)
+    for row, xs in enumerate(rows):
+        try:
+            values = evaluate(program, xs)
+        except Exception:  # the program fails on this input: no value anywhere
+            continue
+        for i, value in enumerate(values):
+            match = [c for c, cls in enumerate(compiled.classes) if same(cls, value)]
+            targets[row, i + 1] = match[0] if match else -1
+    inputs = [compiled.encode(xs) for xs in rows]
+    return {"inputs": inputs, "targets": targets.tolist(), "exhaustive": every}
+
+
 def write_compiled_run(
-    compiled: CompiledProgram, validation: Validation, source: str, out: Path, compression=None
+    program,
+    compiled: CompiledProgram,
+    validation: Validation,
+    source: str,
+    out: Path,
+    compression=None,
 ) -> Path:
-    """The compiled model as a run folder, with its ground truth; with `compression`
-    (`compress.Compression`), the compressed model instead, its map's rows recorded as the
-    true feature directions, its accuracy and the validation of the compressed model (the
-    circuit stays the program's: the same heads and MLPs compute the same steps)."""
+    """The compiled model of `program` as a run folder, with its ground truth and its held-out
+    set (`held_out_set`); with `compression` (`compress.Compression`), the compressed model
+    instead, its map's rows recorded as the true feature directions, its accuracy and the
+    validation of the compressed model (the circuit stays the program's: the same heads and
+    MLPs compute the same steps)."""
     from ..importers.common import Imported
     from ..importers.run import write_run
     from ..tasks.imported import ImportedTask
@@ -100,6 +132,7 @@ def write_compiled_run(
             **compiled.ground_truth(),
             "causal": compiled.cfg.causal,
             "compile_seconds": round(compiled.seconds, 4),
+            "held_out": held_out_set(program, compiled),
             "validation": {
                 "checked": validation.checked,
                 "inputs": validation.total,

@@ -100,6 +100,9 @@ class Task:
     # True for tasks of fixed examples rather than a stream: only positions whose target the
     # rule forces count in the loss (training and held-out).
     answer_only: bool = False
+    # True for a task whose targets are classes given with its inputs (a compiled program's
+    # values), not next tokens: its TaskData comes from `labelled_data(n_ctx)`.
+    labelled: bool = False
 
     def sample(self, rng: np.random.Generator) -> list[int]:
         """One sequence of token ids, drawn with `rng` (a task's data is `n_sequences` of

@@ -201,6 +201,12 @@ class ImportedTask(Task):
 
 
 def imported_for_run(config: dict) -> ImportedTask:
+    imported = config.get("imported")
+    rasp = imported.get("rasp") if isinstance(imported, dict) else None
+    if isinstance(rasp, dict):  # a compiled program: its targets are classes
+        from .program import program_for_run
+
+        return program_for_run(config, rasp)
     spec = config.get("imported_task")
     if not isinstance(spec, dict) or not isinstance(spec.get("raw", {}), dict):
         raise FlatformerError("run config names an imported model but holds no imported_task")

@@ -130,6 +130,8 @@ class TaskData:
 
     @classmethod
     def build(cls, task: Task, n_ctx: int, data_seed: int = 0) -> "TaskData":
+        if task.labelled:
+            return task.labelled_data(n_ctx)
         train_seqs, held_seqs = task.split(data_seed)
         train = Corpus.from_sequences(task, train_seqs)
         held = Corpus.from_sequences(task, held_seqs, with_allowed=True)
