@@ -26,7 +26,7 @@ def compiled_page(folder, vocab, max_len):
     compiled = compile_rasp_to_model(REVERSE, vocab, max_len)
     result = validate(REVERSE, compiled)
     assert not result.mismatches
-    write_compiled_run(compiled, result, "reverse", folder / "run")
+    write_compiled_run(REVERSE, compiled, result, "reverse", folder / "run")
     page = folder / "page.html"
     page.write_text(render_html(folder / "run"), encoding="utf-8")
     return load_run(folder / "run"), page
@@ -50,8 +50,11 @@ def test_a_compiled_reverse_page_checks_itself_and_shows_the_program_output(chro
         check = page.evaluate("explorer.selfCheck")
         assert check["ok"] and check["worst"] < 1e-9 and check["tokens"] == run.cfg.d_vocab
         assert page.locator("#selfcheck").get_attribute("class") == "banner ok"
-        # the demo: BOS 1 2 3, whose reverse is 3 2 1, named by the output classes
-        assert state(page)["seq"] == [0, 1, 2, 3]
+        # the demo, a recorded input: the outputs are the interpreter's values
+        demo = [int(run.vocab[t]) for t in state(page)["seq"][1:]]
+        assert shown_outputs(page) == [str(v) for v in rasp.evaluate(REVERSE, demo)]
+        # reverse of 1 2 3 is 3 2 1, named by the output classes
+        page.evaluate("explorer.set({seq: [0, 1, 2, 3], cell: null})")
         assert rasp.evaluate(REVERSE, [1, 2, 3]) == [3, 2, 1]
         assert shown_outputs(page) == ["3", "2", "1"]
         assert page.locator("#program-output").text_content() == "program(1 2 3) = 3 2 1"
@@ -69,12 +72,21 @@ def test_a_compiled_reverse_page_checks_itself_and_shows_the_program_output(chro
         page.evaluate("explorer.set({seq: [0, 2, 1, 3, 3, 1], cell: null})")
         assert shown_outputs(page) == [str(v) for v in rasp.evaluate(REVERSE, [2, 1, 3, 3, 1])]
         assert "next token" not in page.locator("#knobs").text_content()
+        # the circuit panel highlights the program's known circuit, in the graph's names
+        known = run.config["imported"]["circuit"]["edges"]
+        assert f"the {len(known)} of " in page.locator("#edges").text_content()
+        assert "the compiled program's known circuit" in page.locator("#edges").text_content()
+        page.evaluate("explorer.set({only: true})")
+        kept = page.eval_on_selector_all(
+            "g.edge[data-kept='1']", "els => els.map(e => [e.dataset.src, e.dataset.dst])"
+        )
+        assert sorted(kept) == sorted(known)
 
 
 def test_a_key_after_its_query_is_read_with_python_numbers(chromium, reverse_page):
     run, path = reverse_page
     layer, q, k = 3, 1, 3  # reverse's last head: value 0 (position 1) reads the last, 3
-    with visit(chromium, path, f"#cell={layer}.0.{q}.{k}") as page:
+    with visit(chromium, path, f"#seq=0.1.2.3&cell={layer}.0.{q}.{k}") as page:
         qk = page.evaluate("explorer.geometry().qk")
         assert qk["query"] == q and qk["masked"] == [False] * len(qk["keys"])
         shown = dict(

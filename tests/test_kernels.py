@@ -300,10 +300,16 @@ def test_attention_both_ways_equals_the_reference_engine(name):
     assert np.abs(kernels.logits_at(causal, windows) - logits).max() > 1e-3  # the mask matters
 
 
-def test_a_compiled_program_runs_on_the_compiled_engine_and_training_still_refuses_it():
+def test_a_compiled_program_runs_on_the_compiled_engine_and_training_still_refuses_it(tmp_path):
+    """The logits, and the held-out loss and rule error of its recorded set (the program's
+    value at each position), as the reference's; training refuses it."""
     from flatformer import rasp
+    from flatformer.engine.engines import REFERENCE
     from flatformer.rasp import library
     from flatformer.rasp.compile import compile_rasp_to_model
+    from flatformer.rasp.run import write_compiled_run
+    from flatformer.rasp.validate import validate
+    from flatformer.store.runs import load_run
 
     program = library.make_reverse(rasp.tokens)
     compiled = compile_rasp_to_model(program, [1, 2, 3], 5)
@@ -317,6 +323,12 @@ def test_a_compiled_program_runs_on_the_compiled_engine_and_training_still_refus
     np.testing.assert_allclose(fast, reference, atol=1e-12, rtol=0)
     for xs, row in zip(inputs, fast[0]):
         assert [compiled.classes[c] for c in row.argmax(-1)[1:]] == list(xs[::-1])
+    write_compiled_run(program, compiled, validate(program, compiled), "reverse", tmp_path / "r")
+    data = load_run(tmp_path / "r").data()
+    loss, err = kernels.evaluate(params, data)
+    expected_loss, expected_err = REFERENCE.evaluate(params, data)
+    np.testing.assert_allclose(loss, expected_loss, rtol=1e-12, atol=0)
+    assert err == expected_err == 0.0
     with pytest.raises(FlatformerError, match="training .next-token prediction. computes causal"):
         choose(cfg, get_recipe("paper"), "numba")
 

@@ -278,11 +278,14 @@ def export_run(
         vocab_out=run.vocab_out,
         program=PROGRAM_NOTE if compiled else None,
     )
-    if compiled:
-        data["circuit_note"] = PROGRAM_CIRCUIT
-    circuit = circuit_export(run, step, task_data) if known else None
+    if compiled:  # its circuit is known by construction: no search
+        circuit = program_circuit(run, step)
+    else:
+        circuit = circuit_export(run, step, task_data) if known else None
     if circuit:
         data["circuit"] = circuit
+    elif compiled:
+        data["circuit_note"] = PROGRAM_CIRCUIT
     elif known:
         data["circuit_note"] = (
             "The search for this model's circuit takes minutes: flatformer circuits finds it."
@@ -299,10 +302,25 @@ PROGRAM_NOTE = (
     "A compiled RASP program: the model reads BOS followed by the program's input, and its "
     "output at position i + 1 is the program's value at position i."
 )
-PROGRAM_CIRCUIT = (
-    "A compiled program has no held-out windows to ablate to; its known circuit is in the "
-    "run's config.json (imported.circuit), and flatformer circuits scores methods against it."
-)
+PROGRAM_CIRCUIT = "This compiled run records no known circuit: compile it again to get one."
+
+
+def program_circuit(run: Run, step: int) -> dict | None:
+    """A compiled program's known circuit (`imported.circuit.edges`, in the edge graph's
+    names), for the page's circuit panel to highlight; None when the run records none."""
+    from ..edges.graph import EdgeGraph
+
+    edges = ((run.config.get("imported") or {}).get("circuit") or {}).get("edges")
+    if not isinstance(edges, list):
+        return None
+    return {
+        "step": step,
+        "source": "the compiled program's known circuit",
+        "metric": None,
+        "edges": [list(e) for e in edges],
+        "faithfulness": None,
+        "edges_total": EdgeGraph(run.model(step)).n_edges,
+    }
 
 
 # The page cannot apply a BPE tokenizer (it would need one written again in JavaScript), so

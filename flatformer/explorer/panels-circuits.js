@@ -70,7 +70,7 @@ Panels.circuits = (ctx) => {
     const note = h("p", {class: "fig-note", id: "circuit-note"});
     const box = h("div", {class: "edge-graph", id: "edge-graph"});
     const out = h("table", {class: "ablations", id: "edge-output"});
-    el.append(row(C ? h("label", {}, only, ` circuit only (the ${C.edges.length} of ${C.edges_total} edges flatformer circuits kept at step ${C.step}${C.scope ? ` on ${C.scope.prompts} held-out prompts${C.scope.length ? ` of ${C.scope.length} tokens` : ""}` : ""}, faithfulness ${C.faithfulness === null ? "-" : C.faithfulness.toFixed(3)} of the ${C.metric})`)
+    el.append(row(C ? h("label", {}, only, C.source ? ` circuit only (the ${C.edges.length} of ${C.edges_total} edges of ${C.source})` : ` circuit only (the ${C.edges.length} of ${C.edges_total} edges flatformer circuits kept at step ${C.step}${C.scope ? ` on ${C.scope.prompts} held-out prompts${C.scope.length ? ` of ${C.scope.length} tokens` : ""}` : ""}, faithfulness ${C.faithfulness === null ? "-" : C.faithfulness.toFixed(3)} of the ${C.metric})`)
       : h("span", {class: "fig-note", id: "no-circuit"}, `No circuit highlighted: ${why}`), reset), note, box, out);
     const cols = {}, colOf = (n) => (n === "tok" || n === "pos" ? 0 : n === "logits" ? 1 + 2 * L
       : 1 + 2 * Number(n.slice(1).split(".")[0]) + (n[0] === "m" ? 1 : 0));
