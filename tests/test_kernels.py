@@ -14,7 +14,7 @@ from flatformer.config import preset
 from flatformer.tasks.windows import Corpus, TaskData
 from flatformer.errors import FlatformerError
 from flatformer.training.evaluate import evaluate
-from flatformer.engine.model import backward, cross_entropy, forward
+from flatformer.engine.model import Params, backward, cross_entropy, forward
 from flatformer.tasks import get_task
 from flatformer.training.jobs import Job
 from flatformer.training.recipes import get_recipe
@@ -258,15 +258,79 @@ def test_odd_sizes_take_the_same_paths(overrides):
 
 
 def test_imported_model_features_never_reach_the_compiled_path():
-    """b_O, the exact GELU and d_vocab_out are NumPy's alone: the engine chooser says so."""
+    """b_O and the exact GELU are NumPy's alone: the engine chooser says so."""
     cfg = CONFIGS["imported-features"]
-    for one in (dict(attn_out_bias=True), dict(act_fn="gelu_erf"), dict(d_vocab_out=9)):
+    for one in (dict(attn_out_bias=True), dict(act_fn="gelu_erf")):
         variant = CONFIGS["simulator-16d"].replace(**one)
         assert not kernels.supports(variant) and not kernels.preferred(variant, "float64")
     assert not kernels.supports(cfg)
     params, tokens, targets, weights = random_batch(cfg, S=1, B=2)
     with pytest.raises(FlatformerError, match="compiled path does not"):
         kernels.loss_and_gradients(params, tokens, targets, weights)
+
+
+# Models that attend both ways (compiled RASP programs'), one with fewer output classes than
+# tokens: the kernels compute them, held to the reference as the causal ones are.
+BOTH_WAYS = {
+    "paper-2d": CONFIGS["paper-2d"].replace(causal=False),
+    "2-layer-ln-bias": CONFIGS["2-layer-ln-bias"].replace(causal=False, d_vocab_out=7),
+    "attn-only-ln-final": CONFIGS["attn-only-ln-final"].replace(causal=False, n_ctx=9),
+}
+
+
+@pytest.mark.parametrize("name", list(BOTH_WAYS))
+def test_attention_both_ways_equals_the_reference_engine(name):
+    """Gradients (the backward pass), the logits at every position and at one position a
+    window (forward_at), against the reference's; the causal mask would change them."""
+    cfg = BOTH_WAYS[name]
+    assert kernels.supports(cfg) and choose(cfg, None, "numba") == COMPILED
+    params, tokens, targets, weights = random_batch(cfg, S=2, B=5)
+    grads, fast = reference_and_fast(params, tokens, targets, weights)
+    scale = np.abs(grads.flat).max()
+    for key in cfg.param_shapes():
+        np.testing.assert_allclose(fast[key], grads[key], atol=1e-12 * scale, rtol=0, err_msg=key)
+    windows = random_batch(cfg, S=2, B=70)[1][0]  # more windows than one pass holds
+    logits, _ = forward(params, np.broadcast_to(windows, (2, *windows.shape)))
+    assert logits.shape[-1] == cfg.vocab_out
+    np.testing.assert_allclose(kernels.logits_at(params, windows), logits, atol=1e-12, rtol=0)
+    index = np.arange(len(windows)) % cfg.n_ctx
+    at = kernels.logits_at(params, windows, index)
+    np.testing.assert_allclose(at, logits[:, np.arange(len(windows)), index], atol=1e-12, rtol=0)
+    causal = Params.stack(cfg.replace(causal=True), [params.seed(0), params.seed(1)])
+    assert np.abs(kernels.logits_at(causal, windows) - logits).max() > 1e-3  # the mask matters
+
+
+def test_a_compiled_program_runs_on_the_compiled_engine_and_training_still_refuses_it(tmp_path):
+    """The logits, and the held-out loss and rule error of its recorded set (the program's
+    value at each position), as the reference's; training refuses it."""
+    from flatformer import rasp
+    from flatformer.engine.engines import REFERENCE
+    from flatformer.rasp import library
+    from flatformer.rasp.compile import compile_rasp_to_model
+    from flatformer.rasp.run import write_compiled_run
+    from flatformer.rasp.validate import validate
+    from flatformer.store.runs import load_run
+
+    program = library.make_reverse(rasp.tokens)
+    compiled = compile_rasp_to_model(program, [1, 2, 3], 5)
+    cfg = compiled.cfg
+    assert not cfg.causal and cfg.vocab_out != cfg.d_vocab and kernels.supports(cfg)
+    params = Params.stack(cfg, [compiled.tensors])
+    inputs = np.array([[1, 2, 3, 3, 1], [2, 2, 1, 3, 3]])
+    windows = np.array([compiled.encode(list(xs)) for xs in inputs])
+    fast = kernels.logits_at(params, windows)
+    reference, _ = forward(params, windows[None])
+    np.testing.assert_allclose(fast, reference, atol=1e-12, rtol=0)
+    for xs, row in zip(inputs, fast[0]):
+        assert [compiled.classes[c] for c in row.argmax(-1)[1:]] == list(xs[::-1])
+    write_compiled_run(program, compiled, validate(program, compiled), "reverse", tmp_path / "r")
+    data = load_run(tmp_path / "r").data()
+    loss, err = kernels.evaluate(params, data)
+    expected_loss, expected_err = REFERENCE.evaluate(params, data)
+    np.testing.assert_allclose(loss, expected_loss, rtol=1e-12, atol=0)
+    assert err == expected_err == 0.0
+    with pytest.raises(FlatformerError, match="training .next-token prediction. computes causal"):
+        choose(cfg, get_recipe("paper"), "numba")
 
 
 def test_the_attention_rate_never_reaches_the_compiled_path():

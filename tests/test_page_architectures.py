@@ -1,8 +1,9 @@
 """The page's forward pass (explorer/model.js) on the newer architectures it computes: RMSNorm,
-rotary positions (halves or neighbouring pairs, partial), gated MLPs (SwiGLU, GeGLU) and any
-eps, held to the NumPy reference under node (tests/js/architectures.test.js): every activation,
-the logits, with and without knobs, the one-vector helpers, and the circuit panel's edge graph
-(edges.js) against flatformer.edges, to 1e-9 in float64."""
+rotary positions (halves or neighbouring pairs, partial), gated MLPs (SwiGLU, GeGLU), any eps
+and attention both ways (causal: false), held to the NumPy reference under node
+(tests/js/architectures.test.js): every activation, the logits, with and without knobs, the
+one-vector helpers, and the circuit panel's edge graph (edges.js) against flatformer.edges, to
+1e-9 in float64."""
 
 import json
 import shutil
@@ -40,6 +41,11 @@ PAGE_ARCHITECTURES = {
     "rotary-partial": dict(normalization="pre_ln", positional_embedding_type="rotary", rotary_dim=2,
                            rotary_base=1e4, act_fn="gelu_erf", qkv_bias=True, attn_out=True,
                            attn_out_bias=True, ln_final=True),
+    # attending both ways (compiled RASP programs, tracr's bidirectional models): no mask,
+    # fewer output classes than input tokens; with LayerNorm and rotary positions as well
+    "bidirectional": dict(causal=False, act_fn="relu", attn_out=True, d_vocab_out=5),
+    "bidirectional-rotary": dict(causal=False, normalization="pre_ln", positional_embedding_type="rotary",
+                                 attn_out=True, ln_final=True),
 }  # fmt: skip
 # and the engine's every newer architecture: grouped keys and values, parallel blocks, SoLU,
 # shortformer positions, GPT-Neo's local layers

@@ -90,7 +90,7 @@ def measure_job(job: dict) -> dict:
             run = load_run(seed_folder(job["folder"], seed))
             rows.append({"seed": seed, **{k: _clean(v) for k, v in run_measures(run).items()}})
             if job.get("explore"):
-                if run.cfg.n_params > PAGE_MAX_PARAMS or not run.cfg.causal:
+                if run.cfg.n_params > PAGE_MAX_PARAMS:
                     no_page = True
                 else:
                     _write_page(run, job["explore"])

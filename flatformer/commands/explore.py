@@ -104,7 +104,6 @@ def explore(
     ),
 ):
     """Write the live explorer: one offline HTML file that recomputes every number in the browser."""
-    from ..config import require_causal
     from ..explorer.export import export_run, require_page
     from ..explorer.page import page_html
     from ..store.runs import load_run
@@ -113,7 +112,6 @@ def explore(
     if serve:
         limits.port(port)
     loaded = load_run(run)
-    require_causal(loaded.cfg, "the explorer page")
     require_page(loaded.cfg)
     if loaded.cfg.n_params > PAGE_MAX_PARAMS:
         raise FlatformerError(

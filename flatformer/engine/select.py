@@ -47,7 +47,6 @@ def choose(cfg, recipe=None, requested: str = "auto", dtype=None) -> Engine:
     if requested == "numpy":
         return NUMPY
     if requested == "numba":
-        require_causal(cfg, "the compiled engine (use --engine numpy)")
         if not covers(cfg, dtype):
             raise FlatformerError(
                 f"the compiled engine does not cover this model in {np.dtype(dtype)} (or numba "

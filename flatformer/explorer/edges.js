@@ -5,7 +5,7 @@
 
 const FlatEdges = (() => {
   const FM = typeof FlatModel !== "undefined" ? FlatModel : require("./model.js");
-  const {attnOnly, rotary, shortformer, parallel, windowOf, zeros, vecMat, attendHead, project, turn, attnInput, mlp, unembed, checkTokens} = FM;
+  const {attnOnly, causalOf, rotary, shortformer, parallel, windowOf, zeros, vecMat, attendHead, project, turn, attnInput, mlp, unembed, checkTokens} = FM;
 
   function edgeGraph(cfg) {
     // rotary positions turn q and k, shortformer ones join their inputs: neither is a sender
@@ -84,7 +84,7 @@ const FlatEdges = (() => {
         // model.js's attention on this head alone ([T][1][dh] flat), its inputs read apart
         const [q, k, v] = ["Q", "K", "V"].map((x) => Float64Array.from(qkv[x].flat()));
         const scores = new Float64Array(T * T), pattern = new Float64Array(T * T), zf = new Float64Array(T * dh);
-        attendHead(q, k, v, T, 1, dh, 0, 1, scores, pattern, zf, coeff, 1, 0, windowOf(cfg, l));
+        attendHead(q, k, v, T, 1, dh, 0, 1, scores, pattern, zf, coeff, 1, 0, windowOf(cfg, l), causalOf(cfg));
         const z = Array.from({length: T}, (_, i) => Array.from(zf.subarray(i * dh, (i + 1) * dh)));
         outs[head] = z.map((zi) => {
           if (cfg.attn_out) return vecMat(zi, w[`blocks.${l}.attn.W_O`].data, h * dh * d, dh, d);

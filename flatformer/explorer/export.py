@@ -148,6 +148,8 @@ def build_export(
     float32: bool = False,
     demo_tokens: list[int] | None = None,
     input_note: str | None = None,
+    vocab_out: list[str] | None = None,
+    program: str | None = None,
 ) -> dict:
     """The page's data for checkpoints [(step, tensors)], ascending, showing `step` first.
 
@@ -156,9 +158,16 @@ def build_export(
     (a float32 source) the weights travel as float32 if every one fits it exactly. The page
     opens on `demo_tokens` when given (the task's own reading of its demo or of a prompt), else
     on `demo` read as space-separated vocabulary words; `input_note` is shown under its input
-    box."""
+    box. `vocab_out` names the logits' classes (`Run.vocab_out`; default the first
+    `cfg.vocab_out` words); `program` says what a compiled program's outputs are (the page
+    then shows them as its values, not as next tokens)."""
     require_page(cfg)
     vocab = check_vocab(cfg, vocab)
+    vocab_out = [str(v) for v in (vocab_out if vocab_out is not None else vocab[: cfg.vocab_out])]
+    if len(vocab_out) != cfg.vocab_out:
+        raise FlatformerError(
+            f"{len(vocab_out)} output class names but the model has {cfg.vocab_out} logits"
+        )
     steps = [s for s, _ in checkpoints]
     if step not in steps:
         raise FlatformerError(f"step {step} is not among the exported checkpoints")
@@ -181,6 +190,8 @@ def build_export(
         "config": cfg.to_dict(),
         "n_params": cfg.n_params,
         "vocab": vocab,
+        "vocab_out": vocab_out,
+        "program": program,
         "demo": demo_tokens or list(range(min(cfg.n_ctx, cfg.d_vocab))),
         "focus": vocab.index(focus) if focus in vocab else None,
         "input_note": input_note,
@@ -229,6 +240,8 @@ def export_run(
     if max_checkpoints < 1:
         raise FlatformerError("max_checkpoints must be at least 1")
     steps = [step] if max_checkpoints == 1 else pick_steps(run.steps, max_checkpoints, step)
+    # a compiled program (flatformer.rasp.run.is_compiled; importing it here makes a cycle)
+    compiled = (run.config.get("imported") or {}).get("format") == "rasp"
     try:
         task = run.task
         task_name, demo, focus, known = task.name, task.demo, task.focus, True
@@ -236,7 +249,7 @@ def export_run(
         windows = reference_windows(task_data)
     except FlatformerError:  # a task this version does not know: the page works without it
         task, task_name, demo, focus, known, windows = (
-            None,
+            run.task if compiled else None,  # no held-out text, but it reads a prompt
             run.config.get("task"),
             "",
             "",
@@ -244,6 +257,8 @@ def export_run(
             None,
         )
     opening = opening_tokens(task, prompt, run.cfg.n_ctx) if prompt is not None else None
+    if compiled and opening and opening[0] != 0:  # a program's input, read after BOS (token 0)
+        opening = opening_tokens(task, f"BOS {prompt}", run.cfg.n_ctx)
     checkpoints = [(s, run.weights(s)) for s in steps]
     data = build_export(
         run.cfg,
@@ -260,10 +275,17 @@ def export_run(
         float32=(run.config.get("imported") or {}).get("dtype") == "float32",
         demo_tokens=opening or (read_demo(task, demo, run.cfg.n_ctx) if known else None),
         input_note=TOKENIZER_NOTE if getattr(task, "tokenizer", None) == "hf" else None,
+        vocab_out=run.vocab_out,
+        program=PROGRAM_NOTE if compiled else None,
     )
-    circuit = circuit_export(run, step, task_data) if known else None
+    if compiled:  # its circuit is known by construction: no search
+        circuit = program_circuit(run, step)
+    else:
+        circuit = circuit_export(run, step, task_data) if known else None
     if circuit:
         data["circuit"] = circuit
+    elif compiled:
+        data["circuit_note"] = PROGRAM_CIRCUIT
     elif known:
         data["circuit_note"] = (
             "The search for this model's circuit takes minutes: flatformer circuits finds it."
@@ -273,6 +295,32 @@ def export_run(
     if task_name == "induction":
         data["induction"] = induction_scores(run.cfg, checkpoints)
     return data
+
+
+# A compiled program's run contract (flatformer.rasp.run), as the page states it.
+PROGRAM_NOTE = (
+    "A compiled RASP program: the model reads BOS followed by the program's input, and its "
+    "output at position i + 1 is the program's value at position i."
+)
+PROGRAM_CIRCUIT = "This compiled run records no known circuit: compile it again to get one."
+
+
+def program_circuit(run: Run, step: int) -> dict | None:
+    """A compiled program's known circuit (`imported.circuit.edges`, in the edge graph's
+    names), for the page's circuit panel to highlight; None when the run records none."""
+    from ..edges.graph import EdgeGraph
+
+    edges = ((run.config.get("imported") or {}).get("circuit") or {}).get("edges")
+    if not isinstance(edges, list):
+        return None
+    return {
+        "step": step,
+        "source": "the compiled program's known circuit",
+        "metric": None,
+        "edges": [list(e) for e in edges],
+        "faithfulness": None,
+        "edges_total": EdgeGraph(run.model(step)).n_edges,
+    }
 
 
 # The page cannot apply a BPE tokenizer (it would need one written again in JavaScript), so

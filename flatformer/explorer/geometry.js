@@ -11,6 +11,8 @@ const Geometry = {
     const {Plane} = Views, M = env.M, fmt = Views.fmt, tokenCss = Views.tokenCss;
     const cfg = env.cfg, V = cfg.d_vocab, L = cfg.n_layers, memo = env.memo;
     const word = env.word;  // the page's: a token's name cut for display
+    const wordOut = env.wordOut || word;  // an output class's name (the logits' columns)
+    const VOut = M.vocabOut(cfg), what = env.nextTokens === false ? "output class" : "next token";
     // A token's colour: its own, or (modular-addition, when asked) a hue for its key phase.
     const colourOf = (v, a = 1) => {
       const kp = env.keyPhase;
@@ -135,8 +137,9 @@ const Geometry = {
           pl.point({x: qx, y: qy, r: 1.8, fill: "rgba(33,102,172,0.35)"});
         });
       }
+      const [lo, hi] = M.keysOf(cfg, l, qi, c.T);
       seqK.forEach(([x, y], j) => {
-        const masked = j > qi;
+        const masked = j < lo || j > hi;
         pl.point({x, y, r: 5, fill: masked ? "#c4c9cf" : "#b2182b", stroke: masked ? "#8c959f" : "#fff",
           label: `k ${at(c.seq[j], j)}`, labelColour: masked ? "#8c959f" : "#7a0f1d",
           tip: [`key ${j} (${word(c.seq[j])})${masked ? ": masked for this query" : ""}`,
@@ -156,17 +159,18 @@ const Geometry = {
       const note = document.getElementById(`qk-note-${l}`);
       if (note) {
         note.textContent = `Background: the score the selected query (blue diamond) would give a key at each point of the plane (red = high score, blue = low; the softmax favours red). `
-          + `Red dots: this sequence's keys, gray where the causal mask hides them from the query. `
+          + (M.causalOf(cfg) || M.windowOf(cfg, l) ? `Red dots: this sequence's keys, gray where the ${M.windowOf(cfg, l) ? "local window" : "causal mask"} hides them from the query. `
+            : "Red dots: this sequence's keys, every one of them read by the query (this model attends both ways). ")
           + (backdrop ? "Faint dots: queries (blue) and keys (red) of every token at every position. " : "")
           + (plane.exact ? "d_head = 2: this is the whole key space." : "d_head > 2: the plane of the first two principal components of the points shown; the field is the score along that plane.")
           + " Click a cell in the attention maps to choose another query.";
       }
-      lastGeometry.qk = {layer: l, head: hd, query: qi, keys: seqK, q: [qx, qy], masked: seqK.map((_, j) => j > qi)};
+      lastGeometry.qk = {layer: l, head: hd, query: qi, keys: seqK, q: [qx, qy], masked: seqK.map((_, j) => j < lo || j > hi)};
     }
 
     // The landscape's pictures: argmax colours (paler where less sure) and entropy.
     function landscapeImages(grid) {
-      const G = grid.G, lnV = Math.log(V), a = new ImageData(G, G), e = new ImageData(G, G);
+      const G = grid.G, lnV = Math.log(VOut), a = new ImageData(G, G), e = new ImageData(G, G);
       const LUT = Views.SEQUENTIAL_LUT;
       for (let i = 0; i < G * G; i++) {
         const v = grid.argmax[i], conf = 1 - grid.entropy[i] / lnV;
@@ -232,7 +236,7 @@ const Geometry = {
         pl.describe = (x, y) => {
           const col = Math.min(G - 1, Math.max(0, Math.floor((x - bounds.x0) / span * G)));
           const r = Math.min(G - 1, Math.max(0, Math.floor((bounds.y1 - y) / span * G)));
-          return [`(${fmt(x, 3)}, ${fmt(y, 3)})`, `most likely: ${word(grid.argmax[r * G + col])}`, `entropy ${fmt(grid.entropy[r * G + col], 3)} nats`];
+          return [`(${fmt(x, 3)}, ${fmt(y, 3)})`, `most likely: ${wordOut(grid.argmax[r * G + col])}`, `entropy ${fmt(grid.entropy[r * G + col], 3)} nats`];
         };
         if (kind === "argmax") {
           const ctx = pl.ctx;
@@ -244,8 +248,8 @@ const Geometry = {
           ctx.fillStyle = "rgba(31,35,40,0.8)";
           for (const {v, col, row: r} of labels) {
             const [x, y] = toXY(col, r);
-            ctx.strokeText(clip(word(v)), pl.sx(x), pl.sy(y));
-            ctx.fillText(clip(word(v)), pl.sx(x), pl.sy(y));
+            ctx.strokeText(clip(wordOut(v)), pl.sx(x), pl.sy(y));
+            ctx.fillText(clip(wordOut(v)), pl.sx(x), pl.sy(y));
           }
           ctx.textBaseline = "alphabetic";
         }
@@ -255,14 +259,14 @@ const Geometry = {
           pl.arrow(e, Z[i], col, last ? 2.2 : 1.2);
           const p = M.softmax(c.run.logits[i]), top = p.indexOf(Math.max(...p));
           pl.point({x: Z[i][0], y: Z[i][1], r: last ? 4 : 2.5, fill: col, label: at(c.seq[i], i), bold: last,
-            tip: [`position ${i} (${word(c.seq[i])})`, `e → z: the attention moves it here`, `predicts ${word(top)} (${(100 * p[top]).toFixed(1)}%)`]});
+            tip: [`position ${i} (${word(c.seq[i])})`, `e → z: the attention moves it here`, `${env.nextTokens === false ? "outputs" : "predicts"} ${wordOut(top)} (${(100 * p[top]).toFixed(1)}%)`]});
         });
       }
       const note = document.getElementById("landscape-note");
       note.textContent = (plane.exact
-        ? `The output network (${mlpOn ? "z + MLP(z), then" : "MLP off: just"} the unembedding) maps every point of the plane to a next-token distribution: left, its most likely token (paler = less sure); right, its entropy (white = certain, dark = ln ${V} = uniform). `
-        : `A slice of the output network along the first two principal components of the token+position sums (through their mean): left, the most likely token; right, the entropy. `)
-        + `Arrows: each position's e (circle) moved by attention to z (dot); the bold arrow is the last position, whose z decides the next token.`;
+        ? `The output network (${mlpOn ? "z + MLP(z), then" : "MLP off: just"} the unembedding) maps every point of the plane to a${env.nextTokens === false ? "n output" : " next-token"} distribution: left, its most likely ${what} (paler = less sure); right, its entropy (white = certain, dark = ln ${VOut} = uniform). `
+        : `A slice of the output network along the first two principal components of the token+position sums (through their mean): left, the most likely ${what}; right, the entropy. `)
+        + `Arrows: each position's e (circle) moved by attention to z (dot); the bold arrow is the last position, whose z decides ${env.nextTokens === false ? "its output" : "the next token"}.`;
       lastGeometry.landscape = {bounds, E, Z};
     }
 

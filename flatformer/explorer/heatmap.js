@@ -29,7 +29,8 @@ Views.Heatmap = (() => {
   }
   return class Heatmap {
     // opts: title, hook, kind ("diverging" | "sequential"), cell (px), values (show numbers),
-    // causal (mask j > i), onClick(i, j), describe(i, j, value) -> tooltip lines
+    // sees(i, j) (false: row i does not read column j, drawn masked), onClick(i, j),
+    // describe(i, j, value) -> tooltip lines
     constructor(opts) {
       this.opts = Object.assign({kind: "diverging", cell: 18, values: false}, opts);
       this.el = figure(opts.title, opts.hook, null);
@@ -72,7 +73,7 @@ Views.Heatmap = (() => {
       return [i, j];
     }
 
-    isMasked(i, j) { return this.M[i][j] === -Infinity || (this.opts.causal && j > i); }
+    isMasked(i, j) { return this.M[i][j] === -Infinity || (!!this.opts.sees && !this.opts.sees(i, j)); }
 
     hover(event) {
       const at = this.cellAt(event);

@@ -12,6 +12,13 @@ Panels.kit = (ctx) => {
   // A token's name as shown: cut to flatformer/labels.py's MAX_LABEL characters (shipped in
   // FlatConstants), as figures and tables cut it; the full name stays in DATA.
   const word = (t) => Views.cut(vocab[t], FlatConstants.MAX_LABEL);
+  // An output class's name as shown (the logits' columns: ctx.vocabOut).
+  const wordOut = (v) => Views.cut(ctx.vocabOut[v], FlatConstants.MAX_LABEL);
+  // The argmax of a row of logits (the first largest, as numpy's argmax).
+  const top = (row) => row.reduce((best, x, v) => (x > row[best] ? v : best), 0);
+  // A compiled program's outputs: its value at input position i is the class the model gives
+  // at position i + 1 (after BOS), so the outputs are read from position 1 on.
+  const outputsOf = (logits) => (ctx.DATA.program ? logits.slice(1) : logits).map((r) => wordOut(top(r)));
   const posLabels = (seq) => seq.map((t, i) => ({text: word(t), pos: i}));
   const dims = (n) => Array.from({length: n}, (_, i) => String(i));
   const SHAPES = {
@@ -19,7 +26,7 @@ Panels.kit = (ctx) => {
     head: (T) => [[1, T, H, cfg.d_head], "batch, pos, head_index, d_head"],
     pattern: (T) => [[1, H, T, T], "batch, head_index, query_pos, key_pos"],
     mlp: (T) => [[1, T, cfg.d_mlp], "batch, pos, d_mlp"],
-    logits: (T) => [[1, T, V], "batch, pos, d_vocab"],
+    logits: (T) => [[1, T, ctx.vocabOut.length], ctx.vocabOut.length === V ? "batch, pos, d_vocab" : "batch, pos, d_vocab_out"],
   };
   function cellOpts(cols) {
     if (cols <= 12) return {cell: 30, values: true};
@@ -51,5 +58,5 @@ Panels.kit = (ctx) => {
   }
 
 
-  return {word, posLabels, dims, SHAPES, heat, show, section, row, num, svg};
+  return {word, wordOut, top, outputsOf, posLabels, dims, SHAPES, heat, show, section, row, num, svg};
 };

@@ -46,6 +46,15 @@ const FlatModel = (() => {
   const attnWeight = (cfg, w, kind = "W") => `attn.${kvHeads(cfg) !== cfg.n_heads && w !== "Q" ? "_" : ""}${kind}_${w}`;
   // The keys a query of layer l reads: window_size in a local layer (GPT-Neo's), else 0 (all).
   const windowOf = (cfg, l) => (cfg.attn_types && cfg.attn_types[l] === "local" ? cfg.window_size : 0);
+  // Whether a query reads only itself and earlier keys (config.py's causal; absent: true).
+  const causalOf = (cfg) => cfg.causal !== false;
+  // The keys [lo, hi] query i of T reads: a local layer's window of the latest, else every
+  // earlier key (causal) or every key (causal false), as model.py's attention_bias.
+  function keyRange(i, T, window, causal) {
+    if (window) return [Math.max(0, i - window + 1), i];
+    return causal ? [0, i] : [0, T - 1];
+  }
+  const keysOf = (cfg, l, i, T) => keyRange(i, T, windowOf(cfg, l), causalOf(cfg));
   const epsOf = (cfg) => (cfg.eps === undefined ? constants().LN_EPS : cfg.eps);
   // The number of logits: d_vocab_out (imported models) or d_vocab, as config.py's vocab_out.
   const vocabOut = (cfg) => cfg.d_vocab_out || cfg.d_vocab;
@@ -201,17 +210,17 @@ const FlatModel = (() => {
     } else for (let u = o; u < o + n; u++) post[u] = act(cfg, pre[u]);
   }
 
-  // Causal attention of head h: scores = q k^T / sqrt(dh) (times beta, the knob), masked
-  // entries -inf; pattern = softmax(scores) by row, the maximum subtracted first so tiny
-  // temperatures never overflow; z = pattern v. q, z are [T][H][dh], k, v [T][Hk][dh] (head hk:
-  // grouped keys and values) and scores, pattern [H][T][T], all flat; the masked entries (j > i,
-  // and in a local layer j <= i - window) are left as they are.
-  function attendHead(q, k, v, T, H, dh, h, beta, scores, pattern, z, coeff = 1, Hk = H, hk = h, window = 0) {
+  // Attention of head h: scores = q k^T / sqrt(dh) (times beta, the knob), masked entries
+  // -inf; pattern = softmax(scores) by row, the maximum subtracted first so tiny temperatures
+  // never overflow; z = pattern v. q, z are [T][H][dh], k, v [T][Hk][dh] (head hk: grouped keys
+  // and values) and scores, pattern [H][T][T], all flat; the masked entries (outside `keysOf`)
+  // are left as they are. causal false: every query reads every key (model.py's zero mask).
+  function attendHead(q, k, v, T, H, dh, h, beta, scores, pattern, z, coeff = 1, Hk = H, hk = h, window = 0, causal = true) {
     const sq = Math.sqrt(dh);
     for (let i = 0; i < T; i++) {
-      const row = (h * T + i) * T, qo = (i * H + h) * dh, lo = window ? Math.max(0, i - window + 1) : 0;
+      const row = (h * T + i) * T, qo = (i * H + h) * dh, [lo, hi] = keyRange(i, T, window, causal);
       let mx = -Infinity;
-      for (let j = lo; j <= i; j++) {
+      for (let j = lo; j <= hi; j++) {
         const ko = (j * Hk + hk) * dh;
         let s = 0;
         for (let e = 0; e < dh; e++) s += q[qo + e] * k[ko + e];
@@ -221,13 +230,13 @@ const FlatModel = (() => {
         if (s > mx) mx = s;
       }
       let tot = 0;
-      for (let j = lo; j <= i; j++) { const ex = Math.exp(scores[row + j] - mx); pattern[row + j] = ex; tot += ex; }
-      for (let j = lo; j <= i; j++) pattern[row + j] /= tot;
+      for (let j = lo; j <= hi; j++) { const ex = Math.exp(scores[row + j] - mx); pattern[row + j] = ex; tot += ex; }
+      for (let j = lo; j <= hi; j++) pattern[row + j] /= tot;
       // Zhong et al.'s attention rate: coeff softmax + (1 - coeff) on every key read
-      if (coeff !== 1) for (let j = lo; j <= i; j++) pattern[row + j] = coeff * pattern[row + j] + (1 - coeff);
+      if (coeff !== 1) for (let j = lo; j <= hi; j++) pattern[row + j] = coeff * pattern[row + j] + (1 - coeff);
       for (let e = 0; e < dh; e++) {
         let s = 0;
-        for (let j = lo; j <= i; j++) s += pattern[row + j] * v[(j * Hk + hk) * dh + e];
+        for (let j = lo; j <= hi; j++) s += pattern[row + j] * v[(j * Hk + hk) * dh + e];
         z[qo + e] = s;
       }
     }
@@ -389,7 +398,7 @@ const FlatModel = (() => {
     const z = L.z;
     for (let h = 0; h < H; h++) {
       attendHead(q, key, L.v, T, H, dh, h, k.beta, L.attn_scores, L.pattern, z, attnCoeff(cfg),
-        Hk, Math.floor(h / (H / Hk)), windowOf(cfg, l));
+        Hk, Math.floor(h / (H / Hk)), windowOf(cfg, l), causalOf(cfg));
       if (k === NO_KNOBS) continue;
       const head = `${l}.${h}`, mean = k.headsMean && k.headsMean[head];
       if (mean) for (let t = 0; t < T; t++) for (let c = 0; c < dh; c++) z[(t * H + h) * dh + c] = mean[t][h][c];
@@ -635,7 +644,7 @@ const FlatModel = (() => {
 
 
   return {
-    constants, attnOnly, preNorm, rms, rotary, gated, shortformer, parallel, solu, kvHeads, attnWeight, windowOf, vocabOut, erf, paramShapes, size, nParams, unpack,
+    constants, attnOnly, causalOf, keysOf, preNorm, rms, rotary, gated, shortformer, parallel, solu, kvHeads, attnWeight, windowOf, vocabOut, erf, paramShapes, size, nParams, unpack,
     lnRow, rmsRow, rotaryRow, linearRow, geluTanh, act, activate, attendHead, layout, workspace, run, flatOf, forward,
     zeros, add, vecMat, layerNorm, softmax, logSoftmax, project, turn, attnInput, mlp, finalNorm, unembed,
     checkTokens, headMeans,

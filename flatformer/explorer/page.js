@@ -25,6 +25,11 @@ const Explorer = (() => {
 
     // ---- data ----
     const cfg = DATA.config, vocab = DATA.vocab, V = cfg.d_vocab, L = cfg.n_layers, H = cfg.n_heads;
+    // The logits' classes by name (export.py's vocab_out: a compiled program's values, else
+    // the first d_vocab_out tokens), and whether they are next tokens the model reads back:
+    // a causal model that is no compiled program (DATA.program says what its outputs mean).
+    const vocabOut = DATA.vocab_out || vocab.slice(0, M.vocabOut(cfg));
+    const nextTokens = M.causalOf(cfg) && !DATA.program;
     // The tensors' names and shapes in Python's order (config.param_shapes), as the weights hold them.
     const NP = DATA.tensors.reduce((n, [, shape]) => n + M.size(shape), 0);
     const steps = DATA.steps;
@@ -85,7 +90,7 @@ const Explorer = (() => {
     function setState(change) {
       if ("step" in change && !steps.includes(change.step)) throw new Error(`no checkpoint at step ${change.step}`);
       state = {...state, ...change};
-      if (state.cell && (state.cell.q >= state.seq.length)) state.cell = null;
+      if (state.cell && (state.cell.q >= state.seq.length || state.cell.k >= state.seq.length)) state.cell = null;
       writeHash();
       render();
     }
@@ -109,10 +114,10 @@ const Explorer = (() => {
     }
 
     // ---- what every panel reads ----
-    const ctx = {DATA, M, cfg, vocab, V, L, H, steps, EDGES, memo, knobsOf, changedKnobs,
+    const ctx = {DATA, M, cfg, vocab, V, L, H, vocabOut, nextTokens, steps, EDGES, memo, knobsOf, changedKnobs,
       banner: bannerEl, get state() { return state; }, set: setState};
     Object.assign(ctx, Panels.kit(ctx));
-    ctx.geometry = Geometry.create({cfg, vocab, M, word: ctx.word, memo, state: () => state, keyPhase: DATA.key_phase || null});
+    ctx.geometry = Geometry.create({cfg, vocab, M, word: ctx.word, wordOut: ctx.wordOut, nextTokens, memo, state: () => state, keyPhase: DATA.key_phase || null});
     const circuits = Panels.circuits(ctx);
     ctx.showHeadScores = circuits.showHeadScores;
     const input = Panels.input(ctx), blocks = Panels.blocks(ctx), readout = Panels.readout(ctx);

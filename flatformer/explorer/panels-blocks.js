@@ -50,7 +50,8 @@ Panels.blocks = (ctx) => {
   // ---- Attend ----
   function attendPanel(l) {
     const el = section(`attend-${l}`, L > 1 ? `Attend · layer ${l}` : "Attend",
-      "Each position's query is compared with the keys of itself and every earlier position: score = q·k / √d_head; a softmax over the row turns scores into weights, and the head's output z is the weighted sum of the values. Click any cell to open its arithmetic."
+      (M.causalOf(cfg) ? "Each position's query is compared with the keys of itself and every earlier position" : "Each position's query is compared with the keys of every position, before and after it (this model attends both ways: nothing is masked)")
+      + ": score = q·k / √d_head; a softmax over the row turns scores into weights, and the head's output z is the weighted sum of the values. Click any cell to open its arithmetic."
       + (rotary ? " Rotary positions: q and k are turned by their position (hook_rot_q, hook_rot_k) before the dot product." : "")
       + (short ? " Shortformer positions: q and k read the normalised stream plus W_pos; v reads the stream alone." : "")
       + (group > 1 ? ` Grouped-query attention: each key and value head serves ${group} query heads.` : "")
@@ -60,13 +61,13 @@ Panels.blocks = (ctx) => {
     const heads = Array.from({length: H}, (_, hd) => {
       const pick = (i, j) => ctx.set({cell: {l, h: hd, q: i, k: j}});
       const describe = (kind) => (i, j, v) => [`head ${l}.${hd}: query ${i} (${word(ctx.state.seq[i])}) → key ${j} (${word(ctx.state.seq[j])})`,
-        v === -Infinity ? "masked: a position cannot see later ones" : `${kind} ${String(v)}`, "click for the arithmetic"];
+        v === -Infinity ? (M.windowOf(cfg, l) && j <= i ? "masked: outside this local layer's window" : "masked: a position cannot see later ones") : `${kind} ${String(v)}`, "click for the arithmetic"];
       const card = {
         q: heat(rotary ? "q turned" : "q", b + (rotary ? "attn.hook_rot_q" : "attn.hook_q"), cfg.d_head),
         k: heat(rotary ? "k turned" : "k", b + (rotary ? "attn.hook_rot_k" : "attn.hook_k"), cfg.d_head),
         v: heat("v", b + "attn.hook_v", cfg.d_head),
         scores: heat("scores", b + "attn.hook_attn_scores", 8, {cell: 30, values: true, onClick: pick, describe: describe("score")}),
-        pattern: heat("weights", b + "attn.hook_pattern", 8, {cell: 30, values: true, kind: "sequential", unit: true, causal: true, onClick: pick, describe: describe("weight")}),
+        pattern: heat("weights", b + "attn.hook_pattern", 8, {cell: 30, values: true, kind: "sequential", unit: true, sees: (i, j) => { const [lo, hi] = M.keysOf(cfg, l, i, ctx.state.seq.length); return j >= lo && j <= hi; }, onClick: pick, describe: describe("weight")}),
         z: heat("z = Σ weight · v", b + "attn.hook_z", cfg.d_head),
       };
       card.badge = h("span", {class: "badge off"}, "switched off");
@@ -171,8 +172,9 @@ Panels.blocks = (ctx) => {
     const out = heat("MLP output", b + "hook_mlp_out", cfg.d_model);
     const resid = heat("residual after the MLP", b + "hook_resid_post", cfg.d_model);
     // the output landscape maps the stream after attention through the MLP: not a parallel block's
-    const planes = last && !M.parallel(cfg) ? {argmax: new Plane({title: "output landscape: most likely next token", size: 330}),
-                           entropy: new Plane({title: "entropy of the next-token distribution", size: 330})} : null;
+    const what = ctx.nextTokens ? "next token" : "output class", dist = ctx.nextTokens ? "next-token" : "output";
+    const planes = last && !M.parallel(cfg) ? {argmax: new Plane({title: `output landscape: most likely ${what}`, size: 330}),
+                           entropy: new Plane({title: `entropy of the ${dist} distribution`, size: 330})} : null;
     el.append(ln ? row(ln.el) : "", row(pre.el), linear ? row(linear.el) : "", mid ? row(mid.el, midLn.el) : "", row(post.el), row(out.el, resid.el));
     const zoom = h("label", {class: "knob", title: "frame the landscape around this sequence's arrows only"},
       h("input", {type: "checkbox", id: "zoom", onchange: (e) => ctx.set({zoom: e.target.checked})}), "zoom to this sequence");

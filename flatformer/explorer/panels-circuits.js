@@ -54,7 +54,7 @@ Panels.circuits = (ctx) => {
   function edgesPanel() {
     const C = DATA.circuit;
     const el = section("edges", "Circuit",
-      "The model as a graph: embeddings, each head (reading the stream three times: q, k, v), each MLP, the logits. An edge is one node's output as a later one reads it. Click an edge to ablate it (it then carries its mean output over the held-out windows, mean ablation); its width is the KL of the last next-token distribution when it alone is ablated, on this prompt.");
+      `The model as a graph: embeddings, each head (reading the stream three times: q, k, v), each MLP, the logits. An edge is one node's output as a later one reads it. Click an edge to ablate it (it then carries its mean output over the held-out windows, mean ablation); its width is the KL of the last ${ctx.nextTokens ? "next-token" : "position's output"} distribution when it alone is ablated, on this prompt.`);
     const why = DATA.circuit_note ? DATA.circuit_note : DATA.format === "flatformer-playground-1"
       ? "The circuit comes from `flatformer circuits`: download the run and open it with `flatformer explore`."
       : "This run's task is unknown to this version: no circuit.";
@@ -70,7 +70,7 @@ Panels.circuits = (ctx) => {
     const note = h("p", {class: "fig-note", id: "circuit-note"});
     const box = h("div", {class: "edge-graph", id: "edge-graph"});
     const out = h("table", {class: "ablations", id: "edge-output"});
-    el.append(row(C ? h("label", {}, only, ` circuit only (the ${C.edges.length} of ${C.edges_total} edges flatformer circuits kept at step ${C.step}${C.scope ? ` on ${C.scope.prompts} held-out prompts${C.scope.length ? ` of ${C.scope.length} tokens` : ""}` : ""}, faithfulness ${C.faithfulness === null ? "-" : C.faithfulness.toFixed(3)} of the ${C.metric})`)
+    el.append(row(C ? h("label", {}, only, C.source ? ` circuit only (the ${C.edges.length} of ${C.edges_total} edges of ${C.source})` : ` circuit only (the ${C.edges.length} of ${C.edges_total} edges flatformer circuits kept at step ${C.step}${C.scope ? ` on ${C.scope.prompts} held-out prompts${C.scope.length ? ` of ${C.scope.length} tokens` : ""}` : ""}, faithfulness ${C.faithfulness === null ? "-" : C.faithfulness.toFixed(3)} of the ${C.metric})`)
       : h("span", {class: "fig-note", id: "no-circuit"}, `No circuit highlighted: ${why}`), reset), note, box, out);
     const cols = {}, colOf = (n) => (n === "tok" || n === "pos" ? 0 : n === "logits" ? 1 + 2 * L
       : 1 + 2 * Number(n.slice(1).split(".")[0]) + (n[0] === "m" ? 1 : 0));
@@ -136,9 +136,9 @@ Panels.circuits = (ctx) => {
       const p = M.softmax(now), p0 = M.softmax(clean);
       const order = p.map((_, v) => v).sort((a, b) => p[b] - p[a] || a - b).slice(0, 5);
       clear(out);
-      out.append(h("thead", {}, h("tr", {}, h("th", {}, "next token"), h("th", {}, "p, these edges"), h("th", {}, "p, every edge"))));
+      out.append(h("thead", {}, h("tr", {}, h("th", {}, ctx.nextTokens ? "next token" : "output at the last position"), h("th", {}, "p, these edges"), h("th", {}, "p, every edge"))));
       const body = h("tbody");
-      for (const v of order) body.appendChild(h("tr", {}, h("td", {}, h("b", {}, word(v))), h("td", {}, `${(100 * p[v]).toFixed(1)}%`), h("td", {}, `${(100 * p0[v]).toFixed(1)}%`)));
+      for (const v of order) body.appendChild(h("tr", {}, h("td", {}, h("b", {}, ctx.wordOut(v))), h("td", {}, `${(100 * p[v]).toFixed(1)}%`), h("td", {}, `${(100 * p0[v]).toFixed(1)}%`)));
       out.appendChild(body);
       window.explorer.edges = {keep, logits: now, clean, effect, refs};
     }};
@@ -216,7 +216,7 @@ Panels.circuits = (ctx) => {
   function lensPanel() {
     const el = section("lens", "Logit lens",
       "The unembedding read off the residual stream after the embedding, after each attention" + (M.attnOnly(cfg) ? "" : " and after each MLP") +
-      ": what the model would predict if it stopped there. " + (cfg.ln_final
+      `: what the model would ${ctx.nextTokens ? "predict" : "output"} if it stopped there. ` + (cfg.ln_final
         ? "The final LayerNorm is applied to each row's stream (its scale recomputed), so the last row is the model's own output."
         : "Exact here: there is no final LayerNorm, so the last row is the model's own output."));
     const grid = h("div", {class: "lens", id: "lens-grid"});
@@ -257,9 +257,9 @@ Panels.circuits = (ctx) => {
         view.cell.style.background = Views.css(rgb);
         view.cell.style.color = Views.inkOn(rgb);
         view.cell.dataset.top = top;
-        view.tok.textContent = word(top);
+        view.tok.textContent = ctx.wordOut(top);
         view.p.textContent = `${(100 * p[top]).toFixed(0)}%`;
-        return [`${label}, position ${i}`, ...order.slice(0, 3).map((v) => `${word(v)}: ${String(p[v])}`)];
+        return [`${label}, position ${i}`, ...order.slice(0, 3).map((v) => `${ctx.wordOut(v)}: ${String(p[v])}`)];
       }));
     }};
   }

@@ -13,12 +13,15 @@ Panels.input = (ctx) => {
     const facts = [`${DATA.preset || "custom"} · ${DATA.n_params.toLocaleString("en")} parameters`,
       `d_model ${cfg.d_model} · ${L} layer${L > 1 ? "s" : ""} · ${H} head${H > 1 ? "s" : ""}, d_head ${cfg.d_head}`,
       `${M.attnOnly(cfg) ? "attention-only (no MLP)" : `d_mlp ${cfg.d_mlp} (${M.gated(cfg) ? "gated " : ""}${{gelu: "GELU tanh", gelu_erf: "GELU erf", relu: "ReLU", silu: "SiLU"}[cfg.act_fn] || cfg.act_fn})`} · ${M.rms(cfg) ? "pre-RMSNorm" : M.preNorm(cfg) ? "pre-LayerNorm" : "no LayerNorm"}${cfg.ln_final ? ` · final ${M.rms(cfg) ? "RMSNorm" : "LayerNorm"}` : ""}${M.rotary(cfg) ? " · rotary positions" : ""}`,
-      `${cfg.attn_out ? "with W_O" : "no W_O (heads concatenated)"} · context ${cfg.n_ctx} · vocabulary ${V}`];
+      `${cfg.attn_out ? "with W_O" : "no W_O (heads concatenated)"} · context ${cfg.n_ctx} · vocabulary ${V}`
+        + (ctx.vocabOut.length !== V || DATA.program ? ` · ${ctx.vocabOut.length} output classes` : "")
+        + (M.causalOf(cfg) ? "" : " · attends both ways (not causal)")];
     const el = h("header", {class: "top"},
       h("div", {class: "title-row"},
         h("h1", {}, "flatformer explorer ", h("span", {class: "muted"}, "· "), title),
         h("span", {class: "run-name", title: "run folder"}, DATA.title)),
       h("p", {class: "facts"}, facts.join("  ·  ")),
+      DATA.program ? h("p", {class: "facts", id: "program-note"}, DATA.program) : null,
       bannerEl);
     return {el, update() {}};
   }
@@ -162,12 +165,17 @@ Panels.input = (ctx) => {
       betaOut.textContent = ctx.state.beta.toFixed(2);
       const last = c.T - 1, p = M.softmax(c.run.logits[last]);
       const top = p.indexOf(Math.max(...p));
-      next.textContent = `next: ${word(top)} (${(100 * p[top]).toFixed(1)}%)`;
+      // A next-token model predicts the token after the last; a model attending both ways
+      // gives an output at every position (a compiled program: its values, read after BOS).
+      next.textContent = ctx.nextTokens ? `next: ${ctx.wordOut(top)} (${(100 * p[top]).toFixed(1)}%)`
+        : DATA.program ? `program's output: ${ctx.outputsOf(c.run.logits).join(" ") || "(none: the input is BOS alone)"}`
+          : `output at position ${last}: ${ctx.wordOut(top)} (${(100 * p[top]).toFixed(1)}%)`;
+      next.title = DATA.program || "";
       kl.dataset.value = String(c.kl[last]);
       kl.textContent = ctx.changedKnobs(ctx.state)
         ? `KL(original ‖ changed) = ${fmt(c.kl[last], 4)} nats`
         : "KL(original ‖ changed) = 0 (no knob changed)";
-      kl.title = `exact: ${String(c.kl[last])} nats, next-token distribution at position ${last}`;
+      kl.title = `exact: ${String(c.kl[last])} nats, ${ctx.nextTokens ? "next-token" : "output"} distribution at position ${last}`;
       el.classList.toggle("changed", ctx.changedKnobs(ctx.state));
     }};
   }

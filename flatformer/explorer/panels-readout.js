@@ -9,11 +9,12 @@ Panels.readout = (ctx) => {
 
   // ---- Read out ----
   function readoutPanel() {
+    if (!ctx.nextTokens) return outputsPanel();
     const el = section("readout", "Read out",
       "The last residual is multiplied by the unembedding W_U (plus its bias): one logit per vocabulary token. The next token's distribution then goes through temperature, top-k and top-p before the sampler draws.");
     const lnFinal = cfg.ln_final ? heat("final LayerNorm", "ln_final.hook_normalized", cfg.d_model) : null;
-    const logits = heat("logits", cfg.ln_final ? "unembed (ln_final(resid_post) · W_U + b_U)" : "unembed (resid_post · W_U + b_U)", V);
-    const probs = heat("probabilities", "softmax(logits)", V, {kind: "sequential", unit: true});
+    const logits = heat("logits", cfg.ln_final ? "unembed (ln_final(resid_post) · W_U + b_U)" : "unembed (resid_post · W_U + b_U)", ctx.vocabOut.length);
+    const probs = heat("probabilities", "softmax(logits)", ctx.vocabOut.length, {kind: "sequential", unit: true});
     const temp = h("input", {type: "range", id: "temp", min: -2, max: 0.7, step: 0.01, "aria-label": "temperature (log scale)",
       oninput: () => ctx.set({temp: +Math.pow(10, +temp.value).toPrecision(3)})});
     const tempOut = h("output", {id: "temp-label"});
@@ -46,8 +47,8 @@ Panels.readout = (ctx) => {
     return {el, update(c) {
       const rows = posLabels(c.seq);
       if (lnFinal) show(lnFinal, c.run.cache["ln_final.hook_normalized"], rows, dims(cfg.d_model), "resid");
-      show(logits, c.run.logits, rows, vocab, "logits");
-      show(probs, c.run.logits.map((r) => M.softmax(r)), rows, vocab, "logits", {limit: 1});
+      show(logits, c.run.logits, rows, ctx.vocabOut, "logits");
+      show(probs, c.run.logits.map((r) => M.softmax(r)), rows, ctx.vocabOut, "logits", {limit: 1});
       temp.value = Math.log10(ctx.state.temp); tempOut.textContent = `${ctx.state.temp}`;
       topk.value = ctx.state.k; topp.value = ctx.state.p; toppOut.textContent = ctx.state.p.toFixed(2);
       seed.value = ctx.state.seed; count.value = ctx.state.n;
@@ -67,13 +68,13 @@ Panels.readout = (ctx) => {
 
   function drawBars(box, dist, raw) {
     if (!box.firstChild) {
-      vocab.forEach((text, v) => box.appendChild(h("div", {class: "bar-row"},
+      ctx.vocabOut.forEach((text, v) => box.appendChild(h("div", {class: "bar-row"},
         h("span", {class: "bar-label"}, text),
         h("span", {class: "bar-track"}, h("span", {class: "bar raw"}), h("span", {class: "bar", style: {background: tokenCss(v)}})),
         h("span", {class: "bar-value"}))));
     }
     const max = Math.max(...dist.probs, ...raw, 1e-9);
-    vocab.forEach((text, v) => {
+    ctx.vocabOut.forEach((text, v) => {
       const rowEl = box.children[v], [rawBar, bar] = rowEl.children[1].children;
       rowEl.title = `${text}: sampled p = ${String(dist.probs[v])}; model p (T = 1) = ${String(raw[v])}`;
       rawBar.style.width = `${100 * raw[v] / max}%`;
@@ -112,10 +113,52 @@ Panels.readout = (ctx) => {
     table.appendChild(body);
   }
 
+  // ---- Read out of a model whose outputs are no next tokens (one attending both ways, a
+  // compiled program): the logits over its output classes and the class at every position;
+  // nothing is sampled or fed back (its outputs are not tokens it reads).
+  function outputsPanel() {
+    const program = DATA.program;
+    const el = section("readout", "Read out",
+      "Each position's last residual is multiplied by the unembedding W_U (plus its bias): one logit per output class"
+      + (ctx.vocabOut.length !== V || program ? ` (this model's ${ctx.vocabOut.length}, which are not the tokens it reads)` : "")
+      + ". " + (M.causalOf(cfg) ? "" : "This model attends both ways: every position reads every other, so each position's output depends on the whole input, and there is no next token to sample. ")
+      + (program || ""));
+    const lnFinal = cfg.ln_final ? heat("final LayerNorm", "ln_final.hook_normalized", cfg.d_model) : null;
+    const logits = heat("logits", cfg.ln_final ? "unembed (ln_final(resid_post) · W_U + b_U)" : "unembed (resid_post · W_U + b_U)", ctx.vocabOut.length);
+    const probs = heat("probabilities", "softmax(logits)", ctx.vocabOut.length, {kind: "sequential", unit: true});
+    const table = h("table", {class: "draws", id: "outputs"});
+    el.append(lnFinal ? row(lnFinal.el) : "", row(logits.el, probs.el), h("h3", {}, program ? "The program's output" : "Outputs"), table);
+    return {el, update(c) {
+      const rows = posLabels(c.seq);
+      if (lnFinal) show(lnFinal, c.run.cache["ln_final.hook_normalized"], rows, dims(cfg.d_model), "resid");
+      show(logits, c.run.logits, rows, ctx.vocabOut, "logits");
+      show(probs, c.run.logits.map((r) => M.softmax(r)), rows, ctx.vocabOut, "logits", {limit: 1});
+      clear(table);
+      // a program's input i is read at position i + 1, where the model gives its value
+      table.append(h("thead", {}, h("tr", {}, h("th", {}, "position"), program ? h("th", {}, "program index") : null,
+        h("th", {}, "input"), h("th", {}, program ? "output: the program's value" : "output class"), h("th", {}, "p"))));
+      const body = h("tbody");
+      c.run.logits.forEach((r, i) => {
+        const p = M.softmax(r), t = ctx.top(r), read = !program || i > 0;
+        body.appendChild(h("tr", {class: read ? "" : "muted", dataset: {position: i, output: read ? ctx.vocabOut[t] : ""}},
+          h("td", {}, String(i)), program ? h("td", {}, read ? String(i - 1) : "–") : null, h("td", {}, word(c.seq[i])),
+          h("td", {}, read ? h("b", {class: "output"}, ctx.wordOut(t)) : "(BOS: no value)"),
+          h("td", {}, `${(100 * p[t]).toFixed(1)}%`)));
+      });
+      table.appendChild(body);
+      if (program) {
+        const inputs = c.seq.slice(1).map(word).join(" ");
+        table.appendChild(h("caption", {id: "program-output"}, `program(${inputs}) = ${ctx.outputsOf(c.run.logits).join(" ")}`));
+      }
+    }};
+  }
+
   // ---- Knobs: what each single change costs on this prompt ----
   function knobsPanel() {
     const el = section("knobs", "Knobs",
-      "Each knob is a hook on one named activation; the page reruns the model and reports the KL divergence of the changed next-token distribution p′ from the original p, KL(original ‖ changed) = Σ p log(p/p′), in nats: the same knobs and the same measure as `flatformer analyze`. Generation above uses the changed model.");
+      ctx.nextTokens
+        ? "Each knob is a hook on one named activation; the page reruns the model and reports the KL divergence of the changed next-token distribution p′ from the original p, KL(original ‖ changed) = Σ p log(p/p′), in nats: the same knobs and the same measure as `flatformer analyze`. Generation above uses the changed model."
+        : "Each knob is a hook on one named activation; the page reruns the model and reports the KL divergence of the changed output distribution p′ at the last position from the original p, KL(original ‖ changed) = Σ p log(p/p′), in nats (per position in the map), and the outputs at every position under the change.");
     const perPos = heat("KL per position (current knobs)", null, 8, {kind: "sequential", cell: 40, values: true,
       describe: (i, j, v) => [`position ${j}`, `KL ${String(v)} nats`]});
     const table = h("table", {class: "ablations", id: "ablations"});
@@ -139,19 +182,23 @@ Panels.readout = (ctx) => {
       for (const beta of DATA.measures.betas) options.push([`beta ${beta}`, `hook_attn_scores × ${beta}${beta === 0 ? " (uniform attention)" : ""}`, {beta}]);
       const p0 = M.softmax(base), top0 = p0.indexOf(Math.max(...p0));
       clear(table);
-      table.append(h("thead", {}, h("tr", {}, h("th", {}, "change"), h("th", {}, "hook"), h("th", {}, "KL (nats)"), h("th", {}, "next token"), h("th", {}))));
+      const outputs0 = ctx.nextTokens ? null : ctx.outputsOf(c.base.logits).join(" ");
+      table.append(h("thead", {}, h("tr", {}, h("th", {}, "change"), h("th", {}, "hook"), h("th", {}, "KL (nats)"), h("th", {}, ctx.nextTokens ? "next token" : "outputs"), h("th", {}))));
       const body = h("tbody");
       for (const [label, hook, change, extra] of options) {
         const s = {off: [], mlp: [], pos: false, beta: 1, ...change};
-        const logits = M.forward(model, seq, extra || ctx.knobsOf(s)).logits[c.T - 1];
+        const all = M.forward(model, seq, extra || ctx.knobsOf(s)).logits, logits = all[c.T - 1];
         const p = M.softmax(logits), top = p.indexOf(Math.max(...p)), kl = M.kl(base, logits);
+        const outputs = ctx.nextTokens ? null : ctx.outputsOf(all).join(" ");
+        const changed = ctx.nextTokens ? top !== top0 : outputs !== outputs0;
         body.appendChild(h("tr", {dataset: {knob: label, kl: String(kl)}},
           h("td", {}, label), h("td", {}, h("code", {}, hook)), h("td", {}, num("ablation", kl, 3)),
-          h("td", {}, `${word(top)} (${(100 * p[top]).toFixed(0)}%)`, top !== top0 ? h("span", {class: "badge"}, "changed") : ""),
+          h("td", {}, ctx.nextTokens ? `${ctx.wordOut(top)} (${(100 * p[top]).toFixed(0)}%)` : outputs, changed ? h("span", {class: "badge"}, "changed") : ""),
           h("td", {}, change ? h("button", {type: "button", onclick: () => ctx.set(s)}, "apply") : "")));
       }
       table.appendChild(body);
-      table.appendChild(h("caption", {}, `original next token: ${word(top0)} (${(100 * p0[top0]).toFixed(1)}%)`));
+      table.appendChild(h("caption", {}, ctx.nextTokens ? `original next token: ${ctx.wordOut(top0)} (${(100 * p0[top0]).toFixed(1)}%)`
+        : `original outputs: ${outputs0}`));
     }};
   }
 

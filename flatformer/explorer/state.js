@@ -78,7 +78,9 @@ const PageState = (() => {
       num("n", (v) => Number.isInteger(v) && v >= 1 && v <= 64);
       if (params.has("cell")) {
         const [l, hd, q, k] = params.get("cell").split(".").map(Number);
-        if ([l, hd, q, k].every(x => Number.isInteger(x) && x >= 0) && l < L && hd < H && q < s.seq.length && k <= q && k >= 0) s.cell = {l, h: hd, q, k};
+        // a causal model's query reads no later key; one attending both ways reads every key
+        const reads = (cfg.causal === false ? k < s.seq.length : k <= q) && k >= 0;
+        if ([l, hd, q, k].every(x => Number.isInteger(x) && x >= 0) && l < L && hd < H && q < s.seq.length && reads) s.cell = {l, h: hd, q, k};
         else problems.push("cell");
       }
       // view=PANEL (a panel's id: embed, attend-0, think-0, readout, edges...) scrolls to it:

@@ -17,7 +17,8 @@ fixed by the compiled code, so reruns are byte-identical.
 
 Covered: any number of layers, heads and sizes, ReLU or GELU (tanh), pre-LayerNorm or none,
 attention-only blocks (d_mlp = 0), optional Q/K/V biases, W_O, final LayerNorm and unembedding
-bias. Anything else (`supports` says) trains on
+bias, fewer output classes than tokens (d_vocab_out), attention causal or both ways (computed
+here; training refuses a model that attends both ways, in select.py). Anything else (`supports` says) trains on
 the NumPy engine.
 
 The package, bottom up: `tensors` (which models, where each tensor lies), `linking` (how numba

@@ -144,7 +144,7 @@ def groups(windows, dtype=np.int64):
 
 def logits_at(params, inputs, index=None):
     """As evaluate.logits_at, compiled: (S, W, T, V), or (S, W, V) with `index`."""
-    S, (W, T), V = params.n_seeds, inputs.shape, params.cfg.d_vocab
+    S, (W, T), V = params.n_seeds, inputs.shape, params.cfg.vocab_out
     if index is None:
         out = np.empty((S, W, T * V))
         empty = np.empty((0, 0), np.int64)

@@ -142,7 +142,7 @@ def logits_kernel(flat, model, inputs, index, out, lo, hi):
     n_groups, G, T = inputs.shape
     S, W = out.shape[0], out.shape[1]
     P = flat.shape[0] // S
-    V = model.dims.d_vocab
+    V = model.dims.d_vocab_out
     owned = np.empty(P), buffers(model.dims, model.lay.shape[0], G, T), buffers(model.dims, 1, G, 1)
     flat, model, inputs, index = borrowed((flat, model, inputs, index))
     starts, sizes, glob, lay, dims = model
@@ -174,7 +174,7 @@ def evaluate_kernel(flat, model, held, loss, err, lo, hi):
     S = loss.shape[0]
     G, T = held.val_in.shape[1], held.val_in.shape[2]
     P = flat.shape[0] // S
-    V = model.dims.d_vocab
+    V = model.dims.d_vocab_out
     owned = np.empty(P), buffers(model.dims, model.lay.shape[0], G, T), buffers(model.dims, 1, G, 1)
     flat, model, held = borrowed((flat, model, held))
     starts, sizes, glob, lay, dims = model

@@ -32,17 +32,17 @@ Buffers = namedtuple(
         "h2",  # (L, d, N) ln2's normalised input
         "s2",  # (L, N) ln2's scale
         "qkv",  # (L, 3, hd, N) queries, keys and values
-        "pat",  # (L, H, T, N) attention patterns (see `attention`)
+        "pat",  # (L, H, R, N) attention patterns (see `attention`: R = T, or 2T - 1 both ways)
         "z",  # (L, hd, N) the heads' outputs
         "pre",  # (L, m, N) the MLP's pre-activations
         "post",  # (L, m, N) its activations
-        "logits",  # (V, N) the logits, then dloss/dlogits
+        "logits",  # (V, N) the logits (V = d_vocab_out), then dloss/dlogits
         "dres",  # (d, N) dloss/dresidual, from the top down
         "dmid",  # (d, N) dloss/d(after attention)
         "dz",  # (hd, N)
         "dqkv",  # (3, hd, N)
         "dpre",  # (m, N)
-        "dpat",  # (T, N) one head's dloss/dpattern (attention_at's scratch too)
+        "dpat",  # (R, N) one head's dloss/dpattern (attention_at's scratch too)
         "hf",  # (d, N) ln_final's normalised input
         "sf",  # (N,) ln_final's scale
         "final",  # (d, N) ln_final's output
@@ -54,8 +54,9 @@ Buffers = namedtuple(
 @njit(**EXACT, **INNER)
 def buffers(dims, L, B, T):
     """A seed's Buffers for L layers and B windows of T positions."""
-    d, H, m, V = dims.d_model, dims.n_heads, dims.d_mlp, dims.d_vocab
+    d, H, m, V = dims.d_model, dims.n_heads, dims.d_mlp, dims.d_vocab_out
     N, hd = B * T, dims.n_heads * dims.d_head
+    R = T if dims.causal else 2 * T - 1  # the keys' offsets from their query
     rows = np.empty((4, N))
     for n in range(N):
         rows[3, n] = n % T
@@ -69,7 +70,7 @@ def buffers(dims, L, B, T):
         np.empty((L, d, N)),
         np.empty((L, N)),
         np.empty((L, 3, hd, N)),
-        np.empty((L, H, T, N)),
+        np.empty((L, H, R, N)),
         np.empty((L, hd, N)),
         np.empty((L, m, N)),
         np.empty((L, m, N)),
@@ -79,7 +80,7 @@ def buffers(dims, L, B, T):
         np.empty((hd, N)),
         np.empty((3, hd, N)),
         np.empty((m, N)),
-        np.empty((T, N)),
+        np.empty((R, N)),
         np.empty((d, N)),
         np.empty(N),
         np.empty((d, N)),
@@ -141,7 +142,7 @@ def blocks_forward(p, tok, glob, lay, dims, B, T, bufs, whole):
                 )
         if l == L - 1 and not whole:
             return
-        attention(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], z[l], H, dh, bufs.rows)
+        attention(qkv[l, 0], qkv[l, 1], qkv[l, 2], pat[l], z[l], H, dh, bufs.rows, dims.causal)
         if o[WO] >= 0:
             linear(p, o[WO], hd, d, z[l], mid[l], 0, d, res[l], -1, False)
         else:
@@ -164,14 +165,15 @@ def forward_seed(p, tok, glob, lay, dims, B, T, bufs):
 @njit(**EXACT, **INNER)
 def forward_at(p, tok, at, glob, lay, dims, B, T, bufs, one):
     """The logits at position at[b] of each window b only, into one.logits (V, B): the last
-    block reads its queries, and everything after them, at just those positions (causal
-    attention: the positions after at[b] change nothing), in buffers `one` for B windows
-    of 1 token. Each column's arithmetic is forward_seed's, so the numbers are the same."""
+    block reads its queries, and everything after them, at just those positions (its keys
+    and values are every position's, so this holds for attention both ways too), in buffers
+    `one` for B windows of 1 token. Each column's arithmetic is forward_seed's, so the
+    numbers are the same."""
     blocks_forward(p, tok, glob, lay, dims, B, T, bufs, False)
     L, H, dh, gelu = lay.shape[0], dims.n_heads, dims.d_head, dims.gelu
     o, qkv, res = lay[L - 1], bufs.qkv[L - 1], bufs.res[L - 1]
     z, at_res, at_mid, out = one.z[0], one.res[0], one.mid[0], one.res[1]
-    attention_at(qkv[0], qkv[1], qkv[2], at, z, T, H, dh, bufs.dpat, bufs.rows)
+    attention_at(qkv[0], qkv[1], qkv[2], at, z, T, H, dh, bufs.dpat, bufs.rows, dims.causal)
     for i in range(res.shape[0]):
         for b in range(B):
             at_res[i, b] = res[i, b * T + at[b]]
@@ -262,13 +264,13 @@ def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
         bufs.dpre,
     )
     dpat, hf, sf, final, rows = bufs.dpat, bufs.hf, bufs.sf, bufs.final, bufs.rows
-    d, H, dh, V = dims.d_model, dims.n_heads, dims.d_head, dims.d_vocab
+    d, H, dh, V, Vout = dims.d_model, dims.n_heads, dims.d_head, dims.d_vocab, dims.d_vocab_out
     n_ctx, gelu = dims.n_ctx, dims.gelu
     L, hd = lay.shape[0], dims.n_heads * dims.d_head
     WE, WPOS, WU, BU = glob.W_E, glob.W_pos, glob.W_U, glob.b_U
     LNFW, LNFB = glob.ln_final_w, glob.ln_final_b
-    linear_back_w(g, WU, d, V, final if LNFW >= 0 else res[L], dlogits, 0, V, BU)
-    linear_back_x(p, WU, d, V, dlogits, 0, V, dres, no_rows(dres), True)
+    linear_back_w(g, WU, d, Vout, final if LNFW >= 0 else res[L], dlogits, 0, Vout, BU)
+    linear_back_x(p, WU, d, Vout, dlogits, 0, Vout, dres, no_rows(dres), True)
     if LNFW >= 0:
         layer_norm_back(p, g, LNFW, LNFB, dres, hf, sf, dres)
     for l in range(L - 1, -1, -1):
@@ -294,6 +296,7 @@ def backward_seed(p, g, tok, glob, lay, dims, B, T, bufs):
             H,
             dh,
             rows,
+            dims.causal,
         )
         x = a_in[l] if o[LN1W] >= 0 else res[l]
         for r in range(3):

@@ -43,8 +43,12 @@ LAYER = (
 # What the kernels read of a model, by name: namedtuples, which numba compiles to the same
 # loads as a tuple's (and their int fields to constants kept in registers), so that no kernel
 # reads a slot by its index.
-# The sizes, and whether the MLP is GELU (1; else ReLU).
-Dims = namedtuple("Dims", ["d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "gelu"])
+# The sizes (d_vocab the tokens read, d_vocab_out the logits), whether the MLP is GELU (1; else
+# ReLU) and whether attention is causal (1; 0: every query reads every key of its window).
+Dims = namedtuple(
+    "Dims",
+    ["d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "gelu", "d_vocab_out", "causal"],
+)
 # Where each whole-model tensor starts in one seed's vector (-1: absent), GLOBAL's order.
 Globals = namedtuple("Globals", ["W_E", "W_pos", "W_U", "b_U", "ln_final_w", "ln_final_b"])
 # A model as the kernels take it: each tensor's start and size in one seed's vector (in
@@ -66,6 +70,8 @@ KNOWN_FIELDS = {
     "attn_out",
     "unembed_bias",
     "ln_final",
+    "d_vocab_out",
+    "causal",
 }
 
 
@@ -121,6 +127,8 @@ def layout(cfg: ModelConfig):
         cfg.d_vocab,
         cfg.n_ctx,
         int(cfg.act_fn == "gelu"),
+        cfg.vocab_out,
+        int(cfg.causal),
     )
     return Layout(
         np.array(starts, dtype=np.int64),
