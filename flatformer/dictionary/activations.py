@@ -11,12 +11,15 @@ from ..errors import FlatformerError
 
 NOT_PER_TOKEN = ("hook_pattern", "hook_attn_scores")
 MAX_TOKENS = 50_000  # training tokens held in memory: 50,000 x d_model float64
+MAX_EVAL_TOKENS = 100_000  # held-out tokens scored (every held-out window of a small model)
+PASS_BYTES = 256 * 2**20  # one forward pass's cache, every activation kept
 
 
 def windows(run, n_train: int = 2000) -> dict:
     """Up to `n_train` training windows (and at most MAX_TOKENS tokens) evenly spaced over the
     run's training corpus, and the held-out windows the run's held-out loss is measured on
-    (inputs, targets, weights)."""
+    (inputs, targets, weights; evenly spaced ones of at most MAX_EVAL_TOKENS tokens on a long
+    context)."""
     from ..rasp.run import is_compiled, program_windows
     from ..tasks.windows import evenly_spaced
 
@@ -27,11 +30,12 @@ def windows(run, n_train: int = 2000) -> dict:
     n_train = max(1, min(n_train, MAX_TOKENS // n_ctx))
     starts = data.train_starts[evenly_spaced(len(data.train_starts), n_train)]
     train, _, _ = data.train.windows(starts, n_ctx, drop_unseen=False)
+    held = evenly_spaced(len(data.val_inputs), max(1, MAX_EVAL_TOKENS // n_ctx))
     return {
         "train": np.asarray(train),
-        "eval": np.asarray(data.val_inputs),
-        "targets": np.asarray(data.val_targets),
-        "weights": np.asarray(data.val_weights, dtype=np.float64),
+        "eval": np.asarray(data.val_inputs)[held],
+        "targets": np.asarray(data.val_targets)[held],
+        "weights": np.asarray(data.val_weights, dtype=np.float64)[held],
     }
 
 
@@ -65,7 +69,12 @@ def transcoder_hooks(model, name: str) -> tuple[str, str]:
 
 def read(model, tokens: np.ndarray, names: list[str], batch: int = 256) -> dict[str, np.ndarray]:
     """Each named activation on `tokens` (B, T) as (B * T, d): the token's vector, heads
-    concatenated for a per-head hook (SAELens's `hook_z` reshaping)."""
+    concatenated for a per-head hook (SAELens's `hook_z` reshaping). At most `batch` windows
+    a pass, fewer where their every activation would pass PASS_BYTES (a long context)."""
+    from ..store.resources import per_token_floats
+
+    width = max(1, np.shape(tokens)[-1])
+    batch = max(1, min(batch, PASS_BYTES // (width * per_token_floats(model.cfg) * 8)))
     out = {n: [] for n in names}
     for i in range(0, len(tokens), batch):
         _, cache = model.run_with_cache(tokens[i : i + batch])
