@@ -11,7 +11,7 @@ from flatformer.engine.components import rows_times
 from flatformer.engine.engines import REFERENCE, windows_per_chunk
 from flatformer.engine.model import Params
 from flatformer.figures.panels import MAX_TICKS, labelled
-from flatformer.readout.points import POINT_HOOKS, first_block, some_points
+from flatformer.readout.points import first_block, point_hooks, some_points
 from flatformer.tasks.imported import ImportedTask
 from flatformer.tasks.windows import RULE_MIN_WINDOWS, TaskData, rule_windows_kept
 
@@ -97,7 +97,7 @@ def test_the_sampled_points_stop_after_block_0_with_the_same_numbers():
     tokens, positions = np.array([1, 4, 7]), np.array([0, 2, 5])
     points = some_points(model, tokens, positions)
     _, cache = model.run_with_cache(np.repeat(tokens[:, None], 6, axis=1))
-    for name in POINT_HOOKS:
+    for name in point_hooks(model.cfg):
         assert np.array_equal(points[name], cache[name][:, positions]), name
 
 

@@ -158,10 +158,7 @@ def compute_qkv(ctx: FigureContext, head: int = 0) -> QKVFigure:
     for name, letter in zip(SPACES, "qkv"):
         planes[name] = proj.plane(letter, head)
         spaces[name] = planes[name].project(getattr(proj, letter)[:, :, head])
-    weights = {
-        name: ctx.model.tensors[f"blocks.0.attn.W_{letter}"][head]
-        for name, letter in zip(SPACES, "QKV")
-    }
+    weights = {name: C.head_weight(ctx.model, letter, head) for name, letter in zip(SPACES, "QKV")}
     qk = C.square_limits(spaces["query"], spaces["key"])
     limits = {"query": qk, "key": qk, "value": C.square_limits(spaces["value"])}
     return QKVFigure(

@@ -1,0 +1,150 @@
+"""The views of the newer architectures (RMSNorm, rotary and shortformer positions, gated and
+SoLU MLPs, parallel blocks, grouped keys and values): what a figure shows equals the model's
+own hooks (float64, 1e-9), and every figure and movie of a llama-like, a neox-like (rotary and
+parallel) and a SoLU run is written or skipped with a reason."""
+
+import numpy as np
+import pytest
+
+from conftest import make_run
+from flatformer.config import ModelConfig
+from flatformer.engine.model import init_params
+from flatformer.figures import figures_for
+from flatformer.model.transformer import Transformer
+from flatformer.publish.pipeline import draw_suite, write_movies
+from flatformer.readout import NotApplicable, output_logits, projections, trace
+from flatformer.readout.points import all_points, embeddings, point_scores
+from flatformer.store.runs import load_run
+from test_architectures import ARCHITECTURES, BASE
+
+
+def random_model(cfg: ModelConfig, seed: int = 0) -> Transformer:
+    rng = np.random.default_rng(seed)
+    params = init_params(cfg, [np.random.default_rng(seed)])
+    for name, view in params.views.items():
+        if "ln" in name or "b_" in name:
+            view += 0.3 * rng.standard_normal(view.shape)
+    return Transformer(cfg, params.seed(0))
+
+
+@pytest.fixture(params=list(ARCHITECTURES))
+def model(request):
+    return random_model(ModelConfig(**{**BASE, **ARCHITECTURES[request.param]}))
+
+
+def close(got, want, tol=1e-9):
+    want = np.asarray(want)
+    top = np.abs(want[np.isfinite(want)]).max(initial=1.0)
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * top)
+
+
+def test_the_output_network_is_the_last_blocks_mlp_and_the_unembedding(model):
+    """At the last block's resid_mid the output network gives the model's logits; a parallel
+    block has no such network and says so."""
+    cfg = model.cfg
+    tokens = np.random.default_rng(1).integers(0, cfg.d_vocab, (2, cfg.n_ctx))
+    logits, cache = model.run_with_cache(tokens)
+    b = f"blocks.{cfg.n_layers - 1}."
+    if cfg.parallel_attn_mlp:
+        with pytest.raises(NotApplicable, match="parallel"):
+            output_logits(model, cache[b + "hook_resid_pre"])
+        return
+    z = cache[b + ("hook_resid_post" if cfg.attn_only else "hook_resid_mid")]
+    close(output_logits(model, z), logits)
+
+
+def test_the_points_and_their_queries_and_keys_are_what_attention_multiplies(model):
+    """Every token at every position: the stream block 0 reads, and the queries and keys (the
+    rotated ones, the group's keys) whose products are the model's attention scores."""
+    cfg = model.cfg
+    V, T = cfg.d_vocab, cfg.n_ctx
+    cache = all_points(model)
+    close(embeddings(model, [str(i) for i in range(V)]).combined, cache["blocks.0.hook_resid_pre"])
+    proj = projections(model)
+    tokens = np.random.default_rng(2).integers(0, V, (1, T))
+    _, seq = model.run_with_cache(tokens)
+    for head in range(cfg.n_heads):
+        scores = point_scores(proj, head)  # (V, T, V, T)
+        at = np.arange(T)
+        got = scores[tokens[0][:, None], at[:, None], tokens[0][None, :], at[None, :]]
+        want = seq["blocks.0.attn.hook_attn_scores"][0, head]
+        visible = np.isfinite(want) & ~np.isnan(got)
+        assert visible.sum() >= T
+        close(got[visible], want[visible])
+    traced = trace(model, tokens[0], [str(i) for i in range(V)])
+    close(traced.e, seq["blocks.0.hook_resid_pre"][0])
+    for layer, block in enumerate(traced.blocks):
+        z = np.einsum("hts,shd->thd", block.pattern, block.v)
+        close(z, seq[f"blocks.{layer}.attn.hook_z"][0])
+        dots = np.einsum("thd,shd->hts", block.q, block.k) / np.sqrt(cfg.d_head)
+        finite = np.isfinite(block.scores)
+        close(dots[finite], block.scores[finite])
+
+
+PLANE = dict(d_mlp=8, attn_out=True, ln_final=True)
+RUNS = {
+    # Llama-like: RMSNorm, rotary, SwiGLU, two query heads sharing one key and value head
+    "llama": dict(
+        PLANE, normalization="pre_rms", eps=1e-6, positional_embedding_type="rotary",
+        gated_mlp=True, act_fn="silu", n_heads=2, d_head=2, n_key_value_heads=1,
+        unembed_bias=False,
+    ),
+    # GPT-NeoX-like: LayerNorm, rotary, attention and the MLP in parallel
+    "neox": dict(
+        PLANE, normalization="pre_ln", positional_embedding_type="rotary",
+        parallel_attn_mlp=True, act_fn="gelu_erf", qkv_bias=True, attn_out_bias=True,
+    ),
+    # SoLU with its LayerNorm over the neurons
+    "solu": dict(PLANE, normalization="pre_ln", act_fn="solu_ln"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=list(RUNS))
+def plane_run(request, tmp_path_factory):
+    """A d_model 2 model of the architecture, 300 steps of the paper's task (4 checkpoints)."""
+    folder = tmp_path_factory.mktemp(request.param) / "run"
+    return request.param, make_run(
+        folder, preset_name="paper-2d", steps=300, candidates=1, **RUNS[request.param]
+    )
+
+
+def test_every_figure_is_drawn_or_skipped_with_a_reason(plane_run, tmp_path):
+    kind, path = plane_run
+    names = list(figures_for(load_run(path).task))
+    _, _, written, skipped = draw_suite(path, out_dir=tmp_path, jobs=1)
+    reasons = {m.split()[1].rstrip(":"): m for m in skipped}
+    assert {p.stem for p in written} | set(reasons) == set(names)
+    assert not {p.stem for p in written} & set(reasons)
+    if kind == "neox":  # a parallel block has no output network of the stream after attention
+        assert set(reasons) >= {"fig09_output_landscape", "fig15_trace_nudge"}
+        assert all("parallel" in m for m in reasons.values())
+    else:
+        assert not reasons, reasons
+
+
+def test_the_landscape_figure_shows_the_models_logits(plane_run):
+    """A one-block plane model: the landscape at each position's resid_mid is its logits."""
+    from flatformer.figures import FigureContext
+
+    kind, path = plane_run
+    ctx = FigureContext(load_run(path))
+    logits, cache = ctx.model.run_with_cache(ctx.sequence)
+    if kind == "neox":
+        with pytest.raises(NotApplicable):
+            ctx.landscape
+        return
+    close(output_logits(ctx.model, ctx.trace.blocks[0].resid_mid), logits[0])
+    close(ctx.trace.blocks[0].resid_mid, cache["blocks.0.hook_resid_mid"][0])
+
+
+def test_every_movie_is_written_or_skipped_with_a_reason(plane_run, tmp_path):
+    kind, path = plane_run
+    written, skipped = write_movies(path, formats="gif", workers=1, out_dir=tmp_path)
+    assert set(written) | set(skipped) == {
+        "mov1_embeddings", "mov2_landscape", "mov3_qkv", "mov4_qk_space", "mov5_qk_attention"
+    }  # fmt: skip
+    assert all(p.exists() for paths in written.values() for p in paths)
+    if kind == "neox":
+        assert list(skipped) == ["mov2_landscape"] and "parallel" in skipped["mov2_landscape"]
+    else:
+        assert not skipped
