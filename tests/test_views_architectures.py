@@ -148,3 +148,35 @@ def test_every_movie_is_written_or_skipped_with_a_reason(plane_run, tmp_path):
         assert list(skipped) == ["mov2_landscape"] and "parallel" in skipped["mov2_landscape"]
     else:
         assert not skipped
+
+
+def test_the_logits_split_into_terms_that_sum_to_them(model):
+    """Direct logit attribution through the final RMSNorm or LayerNorm (its scale frozen), with
+    no position term where positions never reach the stream; the lens's last stage is the
+    model's output."""
+    from flatformer.analysis.lens import contributions, logit_lens
+
+    cfg = model.cfg
+    tokens = np.random.default_rng(3).integers(0, cfg.d_vocab, (2, cfg.n_ctx))
+    logits = model(tokens)
+    terms = contributions(model, tokens)
+    assert ("pos" in terms) == (cfg.positional_embedding_type == "standard")
+    close(sum(terms.values()), logits)
+    close(list(logit_lens(model, tokens).values())[-1], logits)
+
+
+def test_each_heads_qk_circuit_scores_a_query_reading_its_own_position(model):
+    """QK = W_Q W_K^T (the group's W_K): at position 0, where rotary turns nothing, the model's
+    score of query 0 on key 0 is a QK a^T / sqrt(d_head), a what attention reads there."""
+    from flatformer.analysis.circuits import head_circuits
+
+    cfg = model.cfg
+    if cfg.qkv_bias or cfg.shortformer:
+        pytest.skip("biases and shortformer positions add terms beyond the bilinear form")
+    tokens = np.random.default_rng(4).integers(0, cfg.d_vocab, (3, cfg.n_ctx))
+    _, cache = model.run_with_cache(tokens)
+    for c in head_circuits(model):
+        b = f"blocks.{c.layer}."
+        a = cache[b + ("ln1.hook_normalized" if cfg.pre_norm else "hook_resid_pre")][:, 0]
+        score = cache[b + "attn.hook_attn_scores"][:, c.head, 0, 0]
+        close(np.einsum("bi,ij,bj->b", a, c.QK, a) / np.sqrt(cfg.d_head), score)

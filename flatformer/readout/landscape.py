@@ -8,7 +8,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FlatformerError
-from ..engine.components import gated_mlp, layer_norm, mlp, rms_norm, solu_mlp
+from ..engine.components import (
+    gated_mlp,
+    layer_norm,
+    layer_norm_frozen,
+    mlp,
+    rms_norm,
+    rms_norm_frozen,
+    solu_mlp,
+)
 from ..model.transformer import Transformer
 from .plane import grid
 from .probs import entropy, softmax
@@ -39,6 +47,15 @@ def norm(model: Transformer, x: np.ndarray, name: str) -> np.ndarray:
     if cfg.norm_kind == "rms":
         return rms_norm(x, t[name + ".w"], cfg.eps)[0]
     return layer_norm(x, t[name + ".w"], t[name + ".b"], cfg.eps)[0]
+
+
+def frozen_norm(cfg, x: np.ndarray, w: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """A normalisation with its scale frozen and without its bias: the engine's LayerNorm
+    ((x - mean x) / scale w) or RMSNorm (x / scale w), linear in x, so that a sum of terms is
+    normalised term by term (the bias then a term of its own)."""
+    if cfg.norm_kind == "rms":
+        return rms_norm_frozen(x, w, scale)
+    return layer_norm_frozen(x, w, 0.0, scale)
 
 
 def unembed(model: Transformer, resid: np.ndarray) -> np.ndarray:
