@@ -1,6 +1,7 @@
 """`to_transformer_lens` of the newer architectures (RMSNorm, rotary positions with halves or
 neighbouring pairs and partial rotation, gated MLPs with their biases, parallel blocks,
-grouped-query attention, SiLU, SoLU with its LayerNorm, local layers, eps != 1e-5): the
+grouped-query attention, SiLU, SoLU with its LayerNorm, local layers, shortformer positions,
+eps != 1e-5): the
 TransformerBridge's logits and every hook it shares with the engine equal the engine's,
 float64, 1e-9."""
 
@@ -10,7 +11,6 @@ import torch
 import transformer_lens  # noqa: F401  (the extra this module needs)
 
 from flatformer.config import ModelConfig
-from flatformer.errors import FlatformerError
 from flatformer.model.bridge import to_transformer_lens
 from test_architectures import ARCHITECTURES, BASE
 from test_views_architectures import close, random_model
@@ -21,7 +21,7 @@ from test_views_architectures import close, random_model
 ABSENT = ("attn.hook_rot_q", "attn.hook_rot_k", "mlp.hook_mid")
 
 
-@pytest.mark.parametrize("name", [n for n in ARCHITECTURES if "shortformer" not in n])
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
 def test_the_transformer_lens_bridge_computes_the_engines_numbers(name):
     cfg = ModelConfig(**{**BASE, **ARCHITECTURES[name]})
     model = random_model(cfg, seed=1)
@@ -48,10 +48,3 @@ def test_the_transformer_lens_bridge_computes_the_engines_numbers(name):
         close(got, ours)
         compared += 1
     assert compared >= len(model.hook_names) - 2 * cfg.n_layers * 3
-
-
-def test_shortformer_positions_are_refused_in_one_line():
-    cfg = ModelConfig(**{**BASE, **ARCHITECTURES["shortformer"]})
-    with pytest.raises(FlatformerError) as err:
-        to_transformer_lens(random_model(cfg))
-    assert "\n" not in str(err.value) and "shortformer" in str(err.value)

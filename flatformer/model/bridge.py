@@ -8,6 +8,7 @@ pass, so the tests also use it as the oracle for the engine's hand-written gradi
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
@@ -252,7 +253,8 @@ def _as_flatformer_computes(net, cfg: ModelConfig, dtype):
     differ: the rotary tables in float64 from the engine's own (it bakes them in float32) and
     the engine's pairs (it always turns neighbours; Llama's and GPT-NeoX's halves are ours by
     default); GPT-Neo's local layers' masks; a gated MLP's b_in and b_out (it has none); a
-    parallel block (it runs attention and the MLP one after the other)."""
+    parallel block (it runs attention and the MLP one after the other); shortformer positions
+    (it has only standard and rotary ones)."""
     from ..engine.components import local_bias, rotary_tables
 
     if cfg.rotary:
@@ -273,6 +275,46 @@ def _as_flatformer_computes(net, cfg: ModelConfig, dtype):
             block.mlp.forward = _gated_forward.__get__(block.mlp)
         if cfg.parallel_attn_mlp:
             block.forward = _parallel_forward.__get__(block)
+    if cfg.shortformer:  # W_pos read once a pass, then added to each block's q and k inputs
+        shared: dict = {}
+        net.forward = partial(_shortformer_forward, net, shared)
+        for block in net.layers:
+            block.attn.forward = partial(_shortformer_attention, block.attn, shared)
+
+
+def _shortformer_forward(net, shared, input_ids, attention_mask=None, position_ids=None, **kw):
+    """The native model's pass with shortformer positions: W_pos (its hook_pos_embed) kept
+    aside for the attention of every block, the stream only the token embeddings."""
+    hidden_states = net.tok_embed(input_ids)
+    batch, seq = input_ids.shape
+    if position_ids is None:
+        position_ids = torch.arange(seq, device=input_ids.device).unsqueeze(0).expand(batch, -1)
+    shared["p"] = net.pos(position_ids)
+    for block in net.layers:
+        (hidden_states,) = block(
+            hidden_states, attention_mask=attention_mask, position_ids=position_ids
+        )
+    return net.head(net.ln_out(hidden_states))
+
+
+def _shortformer_attention(attn, shared, hidden_states, pattern_fn=None, **kwargs):
+    """Native attention with q and k read from LN1(x) + p and v from LN1(x)
+    (TransformerLens's shortformer block): softmax(q k^T / sqrt(dh) + mask) v, then W_O."""
+    batch, seq, _ = hidden_states.shape
+    with_p = hidden_states + shared["p"]
+    q = attn.q(with_p).view(batch, seq, attn.n_heads, attn.d_head).transpose(1, 2)
+    k = attn.k(with_p).view(batch, seq, attn.n_kv_heads, attn.d_head).transpose(1, 2)
+    v = attn.v(hidden_states).view(batch, seq, attn.n_kv_heads, attn.d_head).transpose(1, 2)
+    if attn.kv_repeats > 1:
+        k = k.repeat_interleave(attn.kv_repeats, dim=1)
+        v = v.repeat_interleave(attn.kv_repeats, dim=1)
+    hidden = attn.causal_mask[:seq, :seq] if attn.causal else torch.zeros(seq, seq, dtype=bool)
+    scores = (q @ k.transpose(-2, -1) / attn.scale).masked_fill(hidden, float("-inf"))
+    pattern = torch.softmax(scores, dim=-1)
+    if pattern_fn is not None:
+        pattern = pattern_fn(pattern)
+    z = (pattern @ v).transpose(1, 2).reshape(batch, seq, -1)
+    return attn.o(z), pattern
 
 
 def _rotate_halves(x):
@@ -318,8 +360,8 @@ def to_transformer_lens(run_or_model, step: int | None = None):
     "silu" and "solu_ln", `eps`), and its native model is made to compute what the engine
     does where it differs (`_as_flatformer_computes`: float64 rotary tables, our pairs, local
     layers' masks, a gated MLP's biases, parallel blocks; its norms computed by the bridge in
-    float64). It has no `hook_rot_q`, `hook_rot_k` or SoLU `hook_mid`; shortformer positions
-    are refused (its native model adds W_pos to the stream).
+    float64; shortformer positions, which it would add to the stream, added to each block's q
+    and k inputs). It has no `hook_rot_q`, `hook_rot_k` or SoLU `hook_mid`.
     """
     _require_torch()
     model = _as_model(run_or_model, step)
@@ -328,11 +370,6 @@ def to_transformer_lens(run_or_model, step: int | None = None):
         raise FlatformerError(
             f"TransformerLens has no attention rate: this model mixes its attention with "
             f"uniform weights (attn_coeff {cfg.attn_coeff:g}); use to_torch instead"
-        )
-    if cfg.shortformer:
-        raise FlatformerError(
-            "to_transformer_lens: TransformerLens 4's native model has no shortformer "
-            "positions (it adds W_pos to the stream); use to_torch instead"
         )
     try:
         from transformer_lens import TransformerBridgeConfig
