@@ -77,3 +77,16 @@ def test_the_pages_recompute_of_every_link_equals_python_under_node(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"# pass {len(cases) + 2}" in result.stdout, result.stdout
+
+
+def test_rmsnorm_with_its_own_scale_given_is_rmsnorm_and_linear():
+    from flatformer.engine.components import rms_norm, rms_norm_frozen
+
+    rng = np.random.default_rng(0)
+    x, y, w = rng.standard_normal((3, 5, 8))
+    out, _, scale = rms_norm(x, w, 1e-6)
+    np.testing.assert_allclose(rms_norm_frozen(x, w, scale), out, rtol=0, atol=1e-15)
+    both = rms_norm_frozen(2 * x - 3 * y, w, scale)
+    np.testing.assert_allclose(
+        both, 2 * rms_norm_frozen(x, w, scale) - 3 * rms_norm_frozen(y, w, scale), atol=1e-12
+    )

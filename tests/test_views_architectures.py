@@ -180,3 +180,22 @@ def test_each_heads_qk_circuit_scores_a_query_reading_its_own_position(model):
         a = cache[b + ("ln1.hook_normalized" if cfg.pre_norm else "hook_resid_pre")][:, 0]
         score = cache[b + "attn.hook_attn_scores"][:, c.head, 0, 0]
         close(np.einsum("bi,ij,bj->b", a, c.QK, a) / np.sqrt(cfg.d_head), score)
+
+
+def test_the_full_score_figure_holds_the_models_scores(plane_run):
+    """supp_qk_full's matrix at (query token, position) x (key token, position) is the model's
+    score of that query on that key, for the pairs of the traced sequence (rotated q and k,
+    the group's keys)."""
+    from flatformer.figures import FIGURES, FigureContext
+
+    _, path = plane_run
+    ctx = FigureContext(load_run(path))
+    full = FIGURES["supp_qk_full"][0](ctx)
+    V, T = ctx.cfg.d_vocab, ctx.cfg.n_ctx
+    tokens = ctx.sequence
+    _, cache = ctx.model.run_with_cache(tokens)
+    scores = cache["blocks.0.attn.hook_attn_scores"][0, 0]  # head 0
+    rows = tokens * T + np.arange(len(tokens))
+    got = full.scores.reshape(V * T, V * T)[rows[:, None], rows[None, :]]
+    visible = np.isfinite(scores)
+    close(got[visible], scores[visible])
