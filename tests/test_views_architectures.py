@@ -199,3 +199,16 @@ def test_the_full_score_figure_holds_the_models_scores(plane_run):
     got = full.scores.reshape(V * T, V * T)[rows[:, None], rows[None, :]]
     visible = np.isfinite(scores)
     close(got[visible], scores[visible])
+
+
+def test_the_embedding_figure_says_why_positions_are_zero(plane_run):
+    from flatformer.figures import FIGURES, FigureContext
+
+    kind, path = plane_run
+    ctx = FigureContext(load_run(path))
+    data = FIGURES["fig05_embeddings"][0](ctx)
+    if ctx.cfg.rotary:
+        assert not data.position.any() and "rotary" in data.positions_note
+    else:
+        close(data.position, ctx.model.tensors["pos_embed.W_pos"])
+        assert data.positions_note == ""

@@ -158,6 +158,15 @@ class FigureContext:
 
         return progress(self.run, [s for s in self.run.steps if s <= self.step])
 
+    @property
+    def positions_note(self) -> str:
+        """Why p is zero where positions do not enter the residual stream ("" where they do)."""
+        if self.cfg.rotary:
+            return "p = 0: rotary positions turn the queries and keys, the stream holds none"
+        if self.cfg.shortformer:
+            return "p = 0 in the stream: shortformer positions enter the queries' and keys' inputs"
+        return ""
+
     def block_note(self, layer: int = 0) -> str:
         """A remark naming the block (and head) shown, for models with more than one."""
         parts = []
