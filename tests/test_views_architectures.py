@@ -212,3 +212,23 @@ def test_the_embedding_figure_says_why_positions_are_zero(plane_run):
     else:
         close(data.position, ctx.model.tensors["pos_embed.W_pos"])
         assert data.positions_note == ""
+
+
+def test_analyze_measures_the_run(plane_run):
+    """`flatformer analyze` on the run: its attribution sums to the logits, its stages and
+    knobs are this architecture's (no position knob or ladder where positions are rotary)."""
+    import json
+
+    from clitools import cli_here
+
+    kind, path = plane_run
+    result = cli_here("analyze", path, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["lens"]["decomposition_error"] < 1e-9
+    stages = [s["stage"] for s in report["lens"]["stages"]]
+    assert stages == (["embed", "0.attn+mlp"] if kind == "neox" else ["embed", "0.attn", "0.mlp"])
+    knobs = {k["name"] for k in report["knobs"]}
+    assert ("positions off" in knobs) == (kind == "solu")
+    measures = " ".join(row["measure"] for row in report["algorithm"])
+    assert ("ladder" in measures) == (kind == "solu")
