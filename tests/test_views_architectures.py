@@ -3,6 +3,8 @@ SoLU MLPs, parallel blocks, grouped keys and values): what a figure shows equals
 own hooks (float64, 1e-9), and every figure and movie of a llama-like, a neox-like (rotary and
 parallel) and a SoLU run is written or skipped with a reason."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -217,8 +219,6 @@ def test_the_embedding_figure_says_why_positions_are_zero(plane_run):
 def test_analyze_measures_the_run(plane_run):
     """`flatformer analyze` on the run: its attribution sums to the logits, its stages and
     knobs are this architecture's (no position knob or ladder where positions are rotary)."""
-    import json
-
     from clitools import cli_here
 
     kind, path = plane_run
@@ -232,3 +232,26 @@ def test_analyze_measures_the_run(plane_run):
     assert ("positions off" in knobs) == (kind == "solu")
     measures = " ".join(row["measure"] for row in report["algorithm"])
     assert ("ladder" in measures) == (kind == "solu")
+
+
+@pytest.mark.parametrize("kind", ["llama", "neox"])
+def test_compare_aligns_the_seeds_of_a_newer_architecture(kind, tmp_path):
+    """`flatformer compare` on three seeds: no position ladder where positions are rotary, and a
+    parallel block's landscapes skipped with their reason, the other figures written."""
+    from clitools import cli_here
+
+    folder = make_run(
+        tmp_path / "seeds", preset_name="paper-2d", steps=200, candidates=1, seeds="0-2",
+        **RUNS[kind],
+    )  # fmt: skip
+    result = cli_here("compare", folder, "--success", "1.0", "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    written = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"summary.json", "embeddings.png", "invariants.png"} <= written
+    if kind == "neox":
+        assert "landscapes.png" not in written and "parallel" in result.stderr
+    else:
+        assert "landscapes.png" in written
+    result = cli_here("compare", folder, "--success", "1.0", "--no-figures", "--json")
+    report = json.loads(result.stdout)
+    assert "positions a monotone ladder" not in json.dumps(report)

@@ -69,7 +69,7 @@ def trace(model: Transformer, tokens, vocab: list[str]) -> Trace:
                 c[b + "attn.hook_pattern"],
                 c[b + "attn.hook_z"],
                 c[b + "hook_attn_out"],
-                *_after_attention(model.cfg, c, b),
+                *after_attention(model.cfg, c, b),
                 c[b + "hook_resid_post"],
             )
         )
@@ -87,9 +87,10 @@ def trace(model: Transformer, tokens, vocab: list[str]) -> Trace:
     )
 
 
-def _after_attention(cfg, c: dict, b: str):
-    """(resid_mid, mlp_out) of block `b`: an attention-only block's stream after attention is
-    its output, and its MLP writes zero."""
+def after_attention(cfg, c: dict, b: str):
+    """(resid_mid, mlp_out) of block `b` in a cache `c`: an attention-only block's stream after
+    attention is its output, and its MLP writes zero; a parallel block's e + Attn(e) is the sum
+    of its hooks (its MLP reads e)."""
     if cfg.attn_only:
         return c[b + "hook_resid_post"], np.zeros_like(c[b + "hook_resid_post"])
     if cfg.parallel_attn_mlp:
