@@ -255,3 +255,34 @@ def test_compare_aligns_the_seeds_of_a_newer_architecture(kind, tmp_path):
     result = cli_here("compare", folder, "--success", "1.0", "--no-figures", "--json")
     report = json.loads(result.stdout)
     assert "positions a monotone ladder" not in json.dumps(report)
+
+
+def test_a_rotation_of_the_stream_is_a_symmetry_of_the_unnormalised_newer_blocks():
+    """Gated MLPs, parallel blocks and grouped keys and values without normalisation: the
+    rotated weights (W_gate and the grouped W_K, W_V turned too) compute the same logits."""
+    from flatformer.compare import rotate_tensors
+
+    cfg = ModelConfig(**{**BASE, **ARCHITECTURES["bare"], "attn_out": True})
+    model = random_model(cfg)
+    R = np.linalg.qr(np.random.default_rng(5).standard_normal((cfg.d_model,) * 2))[0]
+    turned = Transformer(cfg, rotate_tensors(cfg, model.tensors, R))
+    tokens = np.random.default_rng(6).integers(0, cfg.d_vocab, (2, cfg.n_ctx))
+    close(turned(tokens), model(tokens))
+    _, a = model.run_with_cache(tokens)
+    _, b = turned.run_with_cache(tokens)
+    close(b["blocks.0.hook_resid_post"], a["blocks.0.hook_resid_post"] @ R)
+
+
+def test_one_rotated_query_head_patches_alone():
+    from flatformer.analysis.interventions import patch
+
+    cfg = ModelConfig(**{**BASE, **ARCHITECTURES["llama"]})
+    model = random_model(cfg)
+    rng = np.random.default_rng(7)
+    clean, corrupt = (rng.integers(0, cfg.d_vocab, (1, cfg.n_ctx)) for _ in range(2))
+    _, source = model.run_with_cache(corrupt)
+    name = "blocks.1.attn.hook_rot_q"
+    _, patched = model.run_with_cache(clean, patch(source, name, head=2))
+    _, plain = model.run_with_cache(clean)
+    close(patched[name][:, :, 2], source[name][:, :, 2])
+    close(patched[name][:, :, 1], plain[name][:, :, 1])
