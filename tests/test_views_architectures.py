@@ -167,14 +167,18 @@ def test_the_logits_split_into_terms_that_sum_to_them(model):
     close(list(logit_lens(model, tokens).values())[-1], logits)
 
 
-def test_each_heads_qk_circuit_scores_a_query_reading_its_own_position(model):
+# biases and shortformer positions add terms to q and k beyond the bilinear form
+BILINEAR = [n for n, a in ARCHITECTURES.items() if not a.get("qkv_bias") and "shortformer" not in n]
+
+
+@pytest.mark.parametrize("name", BILINEAR)
+def test_each_heads_qk_circuit_scores_a_query_reading_its_own_position(name):
     """QK = W_Q W_K^T (the group's W_K): at position 0, where rotary turns nothing, the model's
     score of query 0 on key 0 is a QK a^T / sqrt(d_head), a what attention reads there."""
     from flatformer.analysis.circuits import head_circuits
 
+    model = random_model(ModelConfig(**{**BASE, **ARCHITECTURES[name]}))
     cfg = model.cfg
-    if cfg.qkv_bias or cfg.shortformer:
-        pytest.skip("biases and shortformer positions add terms beyond the bilinear form")
     tokens = np.random.default_rng(4).integers(0, cfg.d_vocab, (3, cfg.n_ctx))
     _, cache = model.run_with_cache(tokens)
     for c in head_circuits(model):
