@@ -175,7 +175,9 @@ class FigureContext:
         if self.cfg.n_heads > 1:
             parts.append(f"head 0 of {self.cfg.n_heads}")
         if self.cfg.grouped:
-            parts.append(f"its keys and values shared by {self.cfg.n_heads // self.cfg.n_kv_heads}")
+            parts.append(
+                f"its keys and values shared by {self.cfg.n_heads // self.cfg.n_kv_heads} heads"
+            )
         if self.cfg.rotary:
             parts.append("queries and keys rotated by position (rotary)")
         if self.cfg.shortformer:
