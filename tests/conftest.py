@@ -94,6 +94,10 @@ SLOW_TESTS = {
     },
     "test_playground": {"test_playground_command_writes_one_offline_page"},
     "test_tasks": {"test_analyze_default_prompts_cover_an_ordered_held_out_set"},
+    "test_views_architectures": {
+        "test_every_figure_is_drawn_or_skipped_with_a_reason",
+        "test_every_movie_is_written_or_skipped_with_a_reason",
+    },
 }
 
 

@@ -386,25 +386,6 @@ def test_config_refuses_what_it_cannot_compute(bad, message):
         ModelConfig(**{**BASE, **bad})
 
 
-@pytest.mark.parametrize("what", ["landscape", "tlens"])
-def test_parts_that_compute_the_classic_block_only_refuse_in_one_line(what):
-    cfg = ModelConfig(**{**BASE, **ARCHITECTURES["llama"]})
-    params, _, _, _ = random_batch(cfg, S=1)
-    model = Transformer(cfg, params.seed(0))
-    with pytest.raises(FlatformerError) as err:
-        if what == "landscape":
-            from flatformer.readout.landscape import output_logits
-
-            output_logits(model, np.zeros((1, cfg.d_model)))
-        else:
-            from flatformer.model.bridge import to_transformer_lens
-
-            to_transformer_lens(model)
-    message = str(err.value)
-    assert "\n" not in message
-    assert "RMSNorm, rotary positions, gated MLP, grouped-query attention, SiLU" in message
-
-
 def test_float32_stays_float32_and_near_float64(arch):
     from flatformer.engine.params import Params
 

@@ -5,13 +5,20 @@ import numpy as np
 import pytest
 
 from conftest import CONFIGS, random_model
-from flatformer.edges.budget import MIN_PROMPTS, choose_scope, cut_windows, search_seconds
+from flatformer.edges.budget import (
+    MIN_PROMPTS,
+    SEARCH_PASSES,
+    UNITS_PER_SECOND,
+    choose_scope,
+    cut_windows,
+    search_seconds,
+)
 from flatformer.edges.graph import EdgeGraph
 from flatformer.engine.components import rows_times
 from flatformer.engine.engines import REFERENCE, windows_per_chunk
 from flatformer.engine.model import Params
 from flatformer.figures.panels import MAX_TICKS, labelled
-from flatformer.readout.points import POINT_HOOKS, first_block, some_points
+from flatformer.readout.points import first_block, point_hooks, some_points
 from flatformer.tasks.imported import ImportedTask
 from flatformer.tasks.windows import RULE_MIN_WINDOWS, TaskData, rule_windows_kept
 
@@ -80,6 +87,24 @@ def test_a_preset_measures_every_default_prompt_and_a_tight_budget_narrows():
     assert (given.prompts, given.length, given.narrowed) == (300, None, False)
 
 
+def test_reading_every_position_counts_each_readout_in_the_estimate():
+    """--positions all reads T - 1 positions of each prompt: the logits over the vocabulary and
+    the last block's query and MLP there, each a readout the estimate counts."""
+    model = random_model(CONFIGS["2-layer-ln-bias"])
+    cfg, graph, T = model.cfg, EdgeGraph(model), model.cfg.n_ctx
+    last, every = (search_seconds(cfg, graph, 10, T, p) for p in ("last", "all"))
+    logits = (SEARCH_PASSES * graph.n_edges + 8) * 10 * (T - 2) * cfg.vocab_out * cfg.d_model
+    assert every - last > logits / UNITS_PER_SECOND * (1 - 1e-9)
+    assert search_seconds(cfg, graph, 10, T) == last  # the default reads one position
+    fits = search_seconds(cfg, graph, 200, T, "last") * (1 + 1e-9)
+    assert choose_scope(model, T, 200, budget=fits).prompts == 200
+    narrowed = choose_scope(model, T, 200, budget=fits, positions="all")
+    assert narrowed.narrowed and narrowed.seconds <= fits
+    assert narrowed.seconds == search_seconds(
+        cfg, graph, narrowed.prompts, narrowed.length or T, "all"
+    )
+
+
 def test_cut_windows_keeps_the_first_tokens_and_the_predictions_inside_them():
     task = ImportedTask([str(i) for i in range(20)])
     task.set_text(" ".join(map(str, np.random.default_rng(2).integers(0, 20, 400))), 16)
@@ -97,7 +122,7 @@ def test_the_sampled_points_stop_after_block_0_with_the_same_numbers():
     tokens, positions = np.array([1, 4, 7]), np.array([0, 2, 5])
     points = some_points(model, tokens, positions)
     _, cache = model.run_with_cache(np.repeat(tokens[:, None], 6, axis=1))
-    for name in POINT_HOOKS:
+    for name in point_hooks(model.cfg):
         assert np.array_equal(points[name], cache[name][:, positions]), name
 
 

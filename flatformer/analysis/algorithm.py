@@ -26,6 +26,7 @@ import numpy as np
 
 from ..tasks.windows import TaskData
 from ..readout import combined_points, projections, write_heads
+from ..readout.points import every_head
 from ..tasks.base import Recall, recall_sources
 from ..model.transformer import Transformer
 from .hulls import ladder, separation
@@ -135,7 +136,7 @@ def production(
     rows = np.arange(len(inputs))
     source = recall_sources(inputs, index, wanted)
     z = cache[f"blocks.{layer}.attn.hook_z"][rows, index]  # (B, H, dh)
-    v = cache[f"blocks.{layer}.attn.hook_v"][rows, source]  # (B, H, dh)
+    v = every_head(cfg, cache[f"blocks.{layer}.attn.hook_v"][rows, source])  # (B, H, dh)
     W_O = t[f"blocks.{layer}.attn.W_O"] if cfg.attn_out else None
     z, v = (write_heads(cfg, x, W_O)[:, head] for x in (z, v))  # (B, d)
     norms = np.linalg.norm(z, axis=1) * np.linalg.norm(v, axis=1)
@@ -211,17 +212,18 @@ def recall_checks(roles: Recall) -> Callable:
                     f"{n_sep} of {len(pairs)} (smallest gap {smallest:.2f} of spread)",
                 )
             )
-        lad = position_ladder(model)
-        rows.append(
-            row(
-                "1 encode",
-                "positions in order along the ladder's axis (rank corr.)",
-                lad["rho"],
-                f"{lad['rho']:.2f}; {lad['steps_in_order']} of "
-                f"{len(lad['along']) - 1} steps in order; the axis holds "
-                f"{lad['axis_share']:.0%} of the variance",
+        if not model.cfg.rotary:  # rotary positions are a turn of q and k, no W_pos
+            lad = position_ladder(model)
+            rows.append(
+                row(
+                    "1 encode",
+                    "positions in order along the ladder's axis (rank corr.)",
+                    lad["rho"],
+                    f"{lad['rho']:.2f}; {lad['steps_in_order']} of "
+                    f"{len(lad['along']) - 1} steps in order; the axis holds "
+                    f"{lad['axis_share']:.0%} of the variance",
+                )
             )
-        )
         if not len(targets):
             return rows
         cache = model.run_with_cache(inputs)[1]

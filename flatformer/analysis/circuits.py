@@ -4,7 +4,9 @@ QK = W_Q W_K^T (d x d): the bilinear form a query's and a key's residual vectors
 (before the 1/sqrt(d_head) scale). OV = W_V W_O (d x d): what the head writes for a key it attends
 to. Without W_O the heads' outputs are concatenated, so OV is W_V itself (d x d_head): head h
 writes into its own d_head slice of the stream, which changes no singular value. Either matrix
-has rank at most d_head.
+has rank at most d_head. A grouped model's head reads its group's W_K and W_V. With rotary
+positions a query at i and a key at j are scored by W_Q R(j - i) W_K^T, the keys turned by their
+offset: QK here is the form at offset 0 (a query reading its own position's key).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.transformer import Transformer
+from ..readout.points import head_weight
 
 
 @dataclass
@@ -59,8 +62,9 @@ def head_circuits(model: Transformer) -> list[HeadCircuits]:
     for layer in range(cfg.n_layers):
         b = f"blocks.{layer}.attn."
         for h in range(cfg.n_heads):
-            QK = t[b + "W_Q"][h] @ t[b + "W_K"][h].T
-            OV = t[b + "W_V"][h] @ t[b + "W_O"][h] if cfg.attn_out else t[b + "W_V"][h].copy()
+            W_Q, W_K, W_V = (head_weight(model, w, h, layer) for w in "QKV")
+            QK = W_Q @ W_K.T
+            OV = W_V @ t[b + "W_O"][h] if cfg.attn_out else W_V.copy()
             heads.append(
                 HeadCircuits(
                     layer,

@@ -31,7 +31,7 @@ def _axes(name: str):
     """(position axis, head axis or None) of an activation's (B, ...) array."""
     if name.endswith(("hook_pattern", "hook_attn_scores")):
         return 2, 1  # (B, H, query, key)
-    if name.endswith(("hook_q", "hook_k", "hook_v", "hook_z")):
+    if name.endswith(("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")):
         return 1, 2  # (B, T, H, dh)
     return 1, None  # (B, T, ...)
 

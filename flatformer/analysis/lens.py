@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..readout import Hooks, by_length, kl_divergence, unembed, write_heads
+from ..readout.landscape import frozen_norm
 from ..model.transformer import Transformer
 
 EXACT_NOTE = "exact: no final LayerNorm, the stream goes straight into W_U"
@@ -42,6 +43,8 @@ def stage_names(model: Transformer) -> list[tuple[str, str]]:
     for layer in range(model.cfg.n_layers):
         if model.cfg.attn_only:
             stages.append((f"{layer}.attn", f"blocks.{layer}.hook_resid_post"))
+        elif model.cfg.parallel_attn_mlp:  # the stream holds attention and the MLP together
+            stages.append((f"{layer}.attn+mlp", f"blocks.{layer}.hook_resid_post"))
         else:
             stages += [
                 (f"{layer}.attn", f"blocks.{layer}.hook_resid_mid"),
@@ -60,12 +63,14 @@ def logit_lens(model: Transformer, tokens, hooks: Hooks | None = None) -> dict[s
 def contributions(model: Transformer, tokens, by_head: bool = True) -> dict[str, np.ndarray]:
     """{term: logits (B, T, V)} whose sum is the model's logits.
 
-    Terms, in forward order: `embed` (W_E), `pos` (W_pos), per layer each head (`L.head h`, or
+    Terms, in forward order: `embed` (W_E), `pos` (W_pos, when positions enter the stream:
+    not rotary or shortformer positions), per layer each head (`L.head h`, or
     `L.attn` with `by_head=False`), `L.attn bias` (b_O) with `attn_out_bias`, `L.mlp` (the neurons, post @ W_out) and `L.mlp bias`
     (b_out) unless the blocks are attention-only, `ln_final bias` with a final LayerNorm, then
     `bias` (b_U) when the model has one. Without W_O, head h writes its z into its own d_head
     slice of the stream. With a final LayerNorm each stream term x is read as
-    (x - mean(x)) / scale * w, with the scale of the full forward pass.
+    (x - mean(x)) / scale * w (RMSNorm: x / scale * w), with the scale of the full forward
+    pass.
     """
     cfg, t = model.cfg, model.params
     _, cache = model.run_with_cache(tokens)
@@ -74,14 +79,15 @@ def contributions(model: Transformer, tokens, by_head: bool = True) -> dict[str,
         scale, gain = cache["ln_final.hook_scale"], t["ln_final.w"][0]
 
         def read(x):
-            x = x - x.mean(-1, keepdims=True)
-            return (x / scale * gain) @ W_U
+            return frozen_norm(cfg, x, gain, scale) @ W_U
     else:
 
         def read(x):
             return x @ W_U
 
-    terms = {"embed": read(cache["hook_embed"]), "pos": read(cache["hook_pos_embed"])}
+    terms = {"embed": read(cache["hook_embed"])}
+    if not (cfg.rotary or cfg.shortformer):  # else positions never reach the stream
+        terms["pos"] = read(cache["hook_pos_embed"])
     for layer in range(cfg.n_layers):
         b = f"blocks.{layer}."
         if by_head:
@@ -102,7 +108,7 @@ def contributions(model: Transformer, tokens, by_head: bool = True) -> dict[str,
         terms[f"{layer}.mlp bias"] = read(
             np.broadcast_to(t[b + "mlp.b_out"][0], post.shape[:2] + (cfg.d_model,))
         )
-    if cfg.ln_final:
+    if cfg.ln_final and cfg.norm_kind == "ln":  # RMSNorm has no bias
         terms["ln_final bias"] = np.broadcast_to(t["ln_final.b"][0] @ W_U, terms["embed"].shape)
     if cfg.unembed_bias:
         terms["bias"] = np.broadcast_to(t["unembed.b_U"][0], terms["embed"].shape)

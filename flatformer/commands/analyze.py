@@ -13,7 +13,6 @@ from rich.text import Text
 from ..store.limits import strict_json
 from ..readout.labels import short
 from ..analysis.circuits import TOP_K
-from ..config import require_classic
 from ..errors import FlatformerError
 from .app import app, out
 
@@ -314,7 +313,6 @@ def analyze(
     from ..store.runs import load_run
 
     loaded = load_run(run)
-    require_classic(loaded.cfg, "flatformer analyze")
     if k < 1:
         raise FlatformerError(f"--k must be >= 1, got {k}")
     given, source, examples = None, None, None

@@ -129,18 +129,18 @@ def render_known(known: dict):
     out.print(table)
 
 
-def _scope(loaded, step, prompts: Optional[str], length: Optional[int]):
-    """The prompts a search on this run measures (edges.budget): as asked when given, else 200
-    narrowed to about a minute's search; refused in one line when even the narrowest default
-    would take several."""
+def _scope(loaded, step, prompts: Optional[str], length: Optional[int], positions: str):
+    """The prompts a search on this run measures (edges.budget), read at `positions`: as asked
+    when given, else 200 narrowed to about a minute's search; refused in one line when even the
+    narrowest default would take several."""
     from ..edges.budget import BUDGET_SECONDS, choose_scope
 
     model = loaded.model(loaded.resolve_step(step))
     width = loaded.cfg.n_ctx
     if prompts is not None:
         n = whole("--prompts", int(prompts), 1, 1_000_000)
-        return choose_scope(model, width, n, length or width, budget=float("inf"))
-    scope = choose_scope(model, width, 200, length)
+        return choose_scope(model, width, n, length or width, float("inf"), positions)
+    scope = choose_scope(model, width, 200, length, positions=positions)
     if scope.seconds > 3 * BUDGET_SECONDS:
         raise FlatformerError(
             f"{loaded.path}: a circuit search would take about {scope.seconds / 60:.0f} minutes "
@@ -233,7 +233,7 @@ def circuits(
     if prompts is None or prompts.isdigit():
         if length is not None:
             whole("--length", length, 1, loaded.cfg.n_ctx)
-        scope = _scope(loaded, step, prompts, length)
+        scope = _scope(loaded, step, prompts, length, positions)
         prompts, length = scope.prompts, scope.length
     else:
         from ..tasks.prompts import read_examples

@@ -173,6 +173,7 @@ def compare(
     if not 0 <= success <= 1:
         raise FlatformerError(f"--success is a rule error between 0 and 1, got {success}")
     from ..compare import aligned_landscapes, compare_runs, numbers, summary, to_json
+    from ..readout import NotApplicable
     from ..store.write import OUTPUT_SUFFIXES, atomic_write, claim_folder, holds_only, make_folder
 
     folder = claim_folder(
@@ -195,7 +196,10 @@ def compare(
             "invariants": F.draw_invariants(c),
         }
         if c.cfg.d_model == 2:
-            drawn["landscapes"] = F.draw_landscape_grid(c, aligned_landscapes(c))
+            try:
+                drawn["landscapes"] = F.draw_landscape_grid(c, aligned_landscapes(c))
+            except NotApplicable as exc:  # a parallel block has no landscape of z
+                console.print(f"skipping landscapes: {exc}", markup=False, highlight=False)
         for name, fig in drawn.items():
             written.append(folder / f"{name}.png")
             save_figure(fig, written[-1])

@@ -11,7 +11,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..config import require_classic
 from ..errors import FlatformerError
 from ..store.limits import strict_json
 from ..tasks.prompts import read_lines
@@ -159,7 +158,6 @@ def geometry(
         print_seeds(report)
         return
     loaded = load_run(run)
-    require_classic(loaded.cfg, "flatformer geometry")
     prompts = None
     if stimuli_file:
         prompts, cut = read_lines(stimuli_file, loaded.task, loaded.cfg.n_ctx, "--stimuli")

@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from ..config import require_classic
 from ..errors import FlatformerError
 from .app import ProgressDisplay, app, out
 
@@ -65,7 +64,6 @@ def graph(
     if not slug or not all(c.isalnum() or c in "-_." for c in slug) or slug.startswith("."):
         raise FlatformerError(f"--slug must be letters, digits, '-', '_' or '.', got {slug!r}")
     the_run = load_run(run)
-    require_classic(the_run.cfg, "flatformer graph")
     the_run.resolve_step(step)
     rows = file_prompts(the_run, prompts) if prompts else [(prompt, prompt_tokens(the_run, prompt))]
     claim_folder(out_dir, "--out", ours=lambda f: (Path(f) / "graph-metadata.json").is_file())

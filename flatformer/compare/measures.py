@@ -16,6 +16,8 @@ from ..errors import FlatformerError
 from ..training.evaluate import evaluate
 from ..engine.model import Params, forward
 from ..readout import all_points_tokens, head_outputs, output_logits
+from ..readout.points import every_head, qk_hooks, stream_positions
+from ..readout.trace import after_attention
 from ..store.runs import Run, seed_runs
 from ..tasks.base import LEARNED, recall_sources
 from ..model.transformer import Transformer
@@ -201,8 +203,8 @@ def window_rows(params: Params, data: TaskData, group: int = 8) -> WindowRows:
         for name, dest in (("scores", scores), ("pattern", pattern)):
             act = cache[f"blocks.0.attn.hook_{'attn_scores' if name == 'scores' else name}"]
             dest[lo:hi] = act.transpose(0, 1, 3, 2, 4)[:, rows, index]  # (s, B, H, T)
-        mid = "hook_resid_post" if cfg.attn_only else "hook_resid_mid"
-        z[lo:hi] = cache[f"blocks.{cfg.n_layers - 1}.{mid}"][:, rows, index]
+        after = after_attention(cfg, cache, f"blocks.{cfg.n_layers - 1}.")[0]
+        z[lo:hi] = after[:, rows, index]
     return WindowRows(inputs, index, targets, scores, pattern, z)
 
 
@@ -239,8 +241,10 @@ def compare_models(
     # Every token at every position in one batched pass: points, q, k, v of all seeds.
     tokens = np.broadcast_to(all_points_tokens(V, T), (S, V, T))
     _, cache = forward(params, tokens)
-    X = cache["hook_embed"] + cache["hook_pos_embed"]  # (S, V, T, d)
-    q, k, v = (cache[f"blocks.0.attn.hook_{n}"] for n in "qkv")  # (S, V, T, H, dh)
+    X = cache["hook_embed"] + stream_positions(cfg, cache)  # (S, V, T, d)
+    q_name, k_name = qk_hooks(cfg)  # the rotated q and k with rotary positions
+    q = cache[q_name]  # (S, V, T, H, dh); grouped keys and values for every query head
+    k, v = every_head(cfg, cache[k_name]), every_head(cfg, cache["blocks.0.attn.hook_v"])
     written = np.stack([head_outputs(m, v[s]) for s, m in enumerate(models)])
 
     R, residual = procrustes(X.reshape(S, -1, d), X[ref].reshape(-1, d))
@@ -255,11 +259,9 @@ def compare_models(
     def align_qk(a):
         return np.einsum("svthi,shij->svthj", a, S_qk)
 
-    measures: dict[str, np.ndarray] = {
-        "rule_error": rule_error,
-        "residual": residual,
-        "ladder": np.array([algorithm.position_ladder(m)["monotone"] for m in models]),
-    }
+    measures: dict[str, np.ndarray] = {"rule_error": rule_error, "residual": residual}
+    if not cfg.rotary:  # rotary positions have no W_pos to form a ladder
+        measures["ladder"] = np.array([algorithm.position_ladder(m)["monotone"] for m in models])
     targets = sorted({int(t) for t in data.rule_targets if t >= 0})
     rows = window_rows(params, data) if targets else None
     spec = recall_spec(task)
@@ -269,7 +271,8 @@ def compare_models(
         measures.update(recall)
 
     zone_order, centre, radius, z_targets = [None] * S, None, None, None
-    if d == 2 and len(targets) >= 2:
+    # a parallel block's MLP reads e, not z: it has no landscape of z to cross
+    if d == 2 and len(targets) >= 2 and not cfg.parallel_attn_mlp:
         z_own = np.stack([rows.z[:, rows.targets == t].mean(1) for t in targets], 1)  # (S, n, d)
         centre, radius = np.zeros((S, d)), np.zeros(S)
         once = np.zeros(S, dtype=bool)

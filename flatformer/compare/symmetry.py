@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import ModelConfig
+from ..config import ModelConfig, attn_weight
 from ..errors import FlatformerError
 
 
@@ -45,11 +45,13 @@ def rotate_tensors(
         )
     t = {name: np.array(value) for name, value in tensors.items()}
     t["embed.W_E"] = t["embed.W_E"] @ R
-    t["pos_embed.W_pos"] = t["pos_embed.W_pos"] @ R
+    if "pos_embed.W_pos" in t:  # rotary positions have none
+        t["pos_embed.W_pos"] = t["pos_embed.W_pos"] @ R
     for layer in range(cfg.n_layers):
         b = f"blocks.{layer}."
         for w in "QKV":
-            t[b + f"attn.W_{w}"] = np.einsum("ed,hef->hdf", R, t[b + f"attn.W_{w}"])  # R^T W
+            name = b + attn_weight(cfg, w)  # grouped keys and values: attn._W_K, attn._W_V
+            t[name] = np.einsum("ed,hef->hdf", R, t[name])  # R^T W
         if cfg.attn_out:
             t[b + "attn.W_O"] = t[b + "attn.W_O"] @ R
         else:
@@ -57,6 +59,8 @@ def rotate_tensors(
             if cfg.qkv_bias:
                 t[b + "attn.b_V"] = t[b + "attn.b_V"] @ R
         if not cfg.attn_only:
+            if cfg.gated_mlp:
+                t[b + "mlp.W_gate"] = R.T @ t[b + "mlp.W_gate"]
             t[b + "mlp.W_in"] = R.T @ t[b + "mlp.W_in"]
             t[b + "mlp.W_out"] = t[b + "mlp.W_out"] @ R
             t[b + "mlp.b_out"] = t[b + "mlp.b_out"] @ R

@@ -53,7 +53,8 @@ def check_hook(model, name: str):
 def transcoder_hooks(model, name: str) -> tuple[str, str]:
     """The MLP input and output of the block `name` belongs to (Dunefsky et al. 2024): the
     input after the MLP's LayerNorm, `blocks.L.ln2.hook_normalized`, or `blocks.L.hook_resid_mid`
-    in a model without one; the output `blocks.L.hook_mlp_out`."""
+    in a model without one (`hook_resid_pre` in a parallel block, whose MLP reads the block's
+    input); the output `blocks.L.hook_mlp_out`."""
     match = re.match(r"blocks\.(\d+)\.", name)
     if not match:
         raise FlatformerError(f"a transcoder needs a block's hook (blocks.L....), got {name!r}")
@@ -64,7 +65,10 @@ def transcoder_hooks(model, name: str) -> tuple[str, str]:
             f"block {layer} has no MLP: a transcoder maps an MLP's input to its output"
         )
     ln = f"blocks.{layer}.ln2.hook_normalized"
-    return (ln if ln in model.hook_names else f"blocks.{layer}.hook_resid_mid"), out
+    if ln in model.hook_names:
+        return ln, out
+    stream = "hook_resid_pre" if model.cfg.parallel_attn_mlp else "hook_resid_mid"
+    return f"blocks.{layer}.{stream}", out
 
 
 def read(model, tokens: np.ndarray, names: list[str], batch: int = 256) -> dict[str, np.ndarray]:

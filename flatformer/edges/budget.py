@@ -45,34 +45,53 @@ class Scope:
         return f"{self.prompts} held-out prompts of {self.length or width} tokens{cut}"
 
 
-def unit_work(cfg, graph: EdgeGraph, T: int) -> float:
-    """Work of one prompt of T tokens in one variant of the edge graph's forward pass."""
+def readouts_of(positions: str, T: int) -> int:
+    """Positions a prompt of T tokens is read at: one (`last`), or every one after the first
+    (`all`)."""
+    return max(1, T - 1) if positions == "all" else 1
+
+
+def unit_work(cfg, graph: EdgeGraph, T: int, positions: str = "last") -> float:
+    """Work of one prompt of T tokens in one variant of the edge graph's forward pass: every
+    token through the blocks, and at each position read (`positions`, readouts_of) the last
+    block's query, its MLP and the logits."""
     d, H, dh, m = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp
     reads = (graph.n_edges + 2 * len(graph.receivers)) * d  # sums of edges, LayerNorms
     heads = cfg.n_layers * H * (3 * d * dh + 2 * T * dh + dh * d)
     mlps = 0 if cfg.attn_only else cfg.n_layers * 3 * d * m
-    return T * (reads + heads + mlps) + cfg.vocab_out * d
+    last = H * (d * dh + 2 * T * dh + dh * d) + (0 if cfg.attn_only else 3 * d * m)
+    readouts = readouts_of(positions, T)
+    return T * (reads + heads + mlps) + readouts * cfg.vocab_out * d + (readouts - 1) * last
 
 
-def search_seconds(cfg, graph: EdgeGraph, prompts: int, T: int) -> float:
+def search_seconds(cfg, graph: EdgeGraph, prompts: int, T: int, positions: str = "last") -> float:
     """Estimated seconds of a circuit search (exact effects, greedy circuit, ACDC) on `prompts`
-    prompts of T tokens."""
+    prompts of T tokens, read at `positions` (last or all)."""
     variants = SEARCH_PASSES * graph.n_edges + 8
-    return variants * prompts * unit_work(cfg, graph, T) / UNITS_PER_SECOND
+    return variants * prompts * unit_work(cfg, graph, T, positions) / UNITS_PER_SECOND
 
 
 def choose_scope(
-    model, width: int, prompts: int, length: int | None = None, budget: float = BUDGET_SECONDS
+    model,
+    width: int,
+    prompts: int,
+    length: int | None = None,
+    budget: float = BUDGET_SECONDS,
+    positions: str = "last",
 ) -> Scope:
     """The prompts a search affords within `budget` seconds: `prompts` of `length` tokens
     (None: `width`, the held-out windows' own) when they fit, else fewer (at least
     MIN_PROMPTS), then shorter (halving, down to MIN_LENGTH). Given a `length`, only the count
-    is narrowed. A Scope that still does not fit has `seconds` above `budget`."""
+    is narrowed. A Scope that still does not fit has `seconds` above `budget`. `positions`
+    all reads every position of a prompt, each a readout of the last block and the logits."""
     graph = EdgeGraph(model)
     T = min(length or width, width)
 
+    def seconds(n: int, T: int) -> float:
+        return search_seconds(model.cfg, graph, n, T, positions)
+
     def fit(T: int) -> int:
-        return int(min(budget / max(search_seconds(model.cfg, graph, 1, T), 1e-12), prompts))
+        return int(min(budget / max(seconds(1, T), 1e-12), prompts))
 
     n = min(prompts, fit(T))
     if n < MIN_PROMPTS and length is None:
@@ -81,8 +100,9 @@ def choose_scope(
         n = min(prompts, fit(T))
     n = max(1, min(prompts, max(n, MIN_PROMPTS)))
     cut = T if T < width else None
-    seconds = search_seconds(model.cfg, graph, n, T)
-    return Scope(n, cut, seconds, narrowed=n < prompts or (cut is not None and length is None))
+    return Scope(
+        n, cut, seconds(n, T), narrowed=n < prompts or (cut is not None and length is None)
+    )
 
 
 def cut_windows(data, length: int | None):

@@ -149,6 +149,12 @@ def rms_norm(x, w, eps=LN_EPS):
     return x_hat * w, x_hat, scale
 
 
+def rms_norm_frozen(x, w, scale):
+    """RMSNorm with its scale given, not measured: x / scale w, linear in x (as
+    layer_norm_frozen)."""
+    return x / scale * w
+
+
 def rms_norm_backward(dy, x_hat, scale, w):
     """(dx, dw): with dx_hat = dy w, dx = (dx_hat - x_hat mean(dx_hat x_hat)) / scale, the
     mean being the gradient through the mean square."""

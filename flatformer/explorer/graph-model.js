@@ -11,9 +11,11 @@ const FlatGraph = (() => {
   const MAX_PATHS = 20000;
   const dot = (a, b) => { let s = 0; for (let i = 0; i < a.length; i++) s += a[i] * b[i]; return s; };
 
-  // A LayerNorm's frozen linear part at position `pos`: (x - mean x) / scale * w (none: x).
+  // A LayerNorm's frozen linear part at position `pos`: (x - mean x) / scale * w (none: x);
+  // an RMSNorm's, x / scale * w.
   function lnLinear(x, ln, pos) {
     if (!ln) return x.slice();
+    if (ln.rms) return x.map((v, i) => v / ln.scale[pos] * ln.w[i]);
     let m = 0;
     for (const v of x) m += v;
     m /= x.length;
@@ -38,9 +40,11 @@ const FlatGraph = (() => {
 
   // The first block a source's write passes through, and the block whose attention a target
   // reads last: a feature or error node of block L writes after L's MLP; the embeddings before
-  // block 0; a feature of block L reads after L's attention; a logit after the last block.
+  // block 0; a feature of block L reads after L's attention (before it, in a parallel block,
+  // whose MLP reads the block's input); a logit after the last block.
   const firstBlock = (node) => node.layer + 1;
-  const lastBlock = (node) => node.kind === "logit" ? node.layer - 1 : node.layer;
+  const lastBlock = (node, F) =>
+    node.kind === "logit" || (F && F.parallel) ? node.layer - 1 : node.layer;
   const targetLn = (F, node) => node.kind === "logit" ? F.ln_final : F.blocks[node.layer].ln2;
 
   // Every path of `vec` written at `pos` through blocks from..to, each {hops, pos, vec}: hops
@@ -103,7 +107,7 @@ const FlatGraph = (() => {
   function link(F, source, target, memo = null) {
     const s = F.nodes[source], t = F.nodes[target];
     if (!s || !t || !s.write || !t.read) throw new Error(`no factors for the link ${source} -> ${target}`);
-    const from = firstBlock(s), to = lastBlock(t);
+    const from = firstBlock(s), to = lastBlock(t, F);
     let path = 0;
     if (from <= to + 1) {
       const key = `${source}|${to}`;
@@ -121,7 +125,7 @@ const FlatGraph = (() => {
   // path): [{hops, value}], largest |value| first; null when there are too many to list.
   function linkPaths(F, source, target, limit = MAX_PATHS) {
     const s = F.nodes[source], t = F.nodes[target];
-    const all = paths(F, s.write, s.pos, firstBlock(s), lastBlock(t), limit);
+    const all = paths(F, s.write, s.pos, firstBlock(s), lastBlock(t, F), limit);
     if (all === null) return null;
     const found = all
       .filter((p) => p.pos === t.pos)

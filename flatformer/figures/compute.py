@@ -18,6 +18,7 @@ from ..readout import (
     Embeddings,
     Field,
     Landscape,
+    NotApplicable,
     NotInPlane,
     Plane,  # noqa: F401
     Projections,
@@ -28,6 +29,7 @@ from ..readout import (
     fitted_limits,
     grid,
     head_outputs,
+    head_weight,
     landscape,
     output_logits,
     point_label,
@@ -47,7 +49,7 @@ from ..model.transformer import Transformer
 SLICE_NOTE = "background: the plane's slice of the head space (keys off the plane score otherwise)"
 
 
-class NotDrawn(FlatformerError):
+class NotDrawn(NotApplicable):
     """A figure this model does not get, with why and what gives it instead (the `figures`
     command names it as skipped and draws the others)."""
 

@@ -172,6 +172,15 @@ class FigureContext:
 
         return progress(self.run, [s for s in self.run.steps if s <= self.step])
 
+    @property
+    def positions_note(self) -> str:
+        """Why p is zero where positions do not enter the residual stream ("" where they do)."""
+        if self.cfg.rotary:
+            return "p = 0: rotary positions turn the queries and keys, the stream holds none"
+        if self.cfg.shortformer:
+            return "p = 0 in the stream: shortformer positions enter the queries' and keys' inputs"
+        return ""
+
     def block_note(self, layer: int = 0) -> str:
         """A remark naming the block (and head) shown, for models with more than one."""
         parts = []
@@ -179,6 +188,14 @@ class FigureContext:
             parts.append(f"block {layer} of {self.cfg.n_layers}")
         if self.cfg.n_heads > 1:
             parts.append(f"head 0 of {self.cfg.n_heads}")
+        if self.cfg.grouped:
+            parts.append(
+                f"its keys and values shared by {self.cfg.n_heads // self.cfg.n_kv_heads} heads"
+            )
+        if self.cfg.rotary:
+            parts.append("queries and keys rotated by position (rotary)")
+        if self.cfg.shortformer:
+            parts.append("positions enter the queries and keys only (shortformer)")
         return ", ".join(parts)
 
     @property

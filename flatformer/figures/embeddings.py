@@ -40,6 +40,7 @@ class EmbeddingFigure:
     title: str
     positions: np.ndarray  # (T,) the position of each row of `position`
     shown: str = ""  # which points a large model's figure shows ("": all)
+    positions_note: str = ""  # why p is 0, where positions do not enter the stream
 
 
 def compute_embeddings(ctx: FigureContext) -> EmbeddingFigure:
@@ -57,6 +58,7 @@ def compute_embeddings(ctx: FigureContext) -> EmbeddingFigure:
         ctx.title,
         ctx.shown.positions,
         ctx.shown.note,
+        ctx.positions_note,
     )
 
 
@@ -132,7 +134,8 @@ def draw_embeddings(data: EmbeddingFigure, fig=None):
     plane_axes(ax, C.square_limits(data.combined_2d), data.planes["combined"])
     which = "The" if data.shown else "All"
     ax.set_title(f"{which} {V} x {T} combined embeddings e = x + p (label: token, position)")
-    return finish(fig, data.shown, f"Embeddings: {data.title}", fontsize=8)
+    note = "; ".join(n for n in (data.shown, data.positions_note) if n)
+    return finish(fig, note, f"Embeddings: {data.title}", fontsize=8)
 
 
 @dataclass
@@ -158,10 +161,7 @@ def compute_qkv(ctx: FigureContext, head: int = 0) -> QKVFigure:
     for name, letter in zip(SPACES, "qkv"):
         planes[name] = proj.plane(letter, head)
         spaces[name] = planes[name].project(getattr(proj, letter)[:, :, head])
-    weights = {
-        name: ctx.model.tensors[f"blocks.0.attn.W_{letter}"][head]
-        for name, letter in zip(SPACES, "QKV")
-    }
+    weights = {name: C.head_weight(ctx.model, letter, head) for name, letter in zip(SPACES, "QKV")}
     qk = C.square_limits(spaces["query"], spaces["key"])
     limits = {"query": qk, "key": qk, "value": C.square_limits(spaces["value"])}
     return QKVFigure(

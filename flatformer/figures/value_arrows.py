@@ -46,7 +46,8 @@ def compute_value_arrows(ctx: FigureContext, n: int = 160) -> ValueArrows:
     inputs, index, targets, allowed = (a[keep] for a in ctx.rule_windows)
     b = f"blocks.{ctx.cfg.n_layers - 1}."
     names = (b + "hook_resid_pre", b + "hook_attn_out")
-    names += (b + ("hook_resid_post" if ctx.cfg.attn_only else "hook_resid_mid"),)
+    if not ctx.cfg.parallel_attn_mlp:  # a parallel block's stream never holds e + Attn(e)
+        names += (b + ("hook_resid_post" if ctx.cfg.attn_only else "hook_resid_mid"),)
     # A few windows per pass, keeping only each window's prediction: every activation of 160
     # windows at once would be the largest thing a large model's figures make.
     step = C.rows_per_pass(ctx.cfg, inputs.shape[1])
@@ -57,12 +58,16 @@ def compute_value_arrows(ctx: FigureContext, n: int = 160) -> ValueArrows:
         for name in names:
             parts[name].append(cache[name][rows, at])
         guesses.append(logits[rows, at].argmax(-1))
-    e, moved, z = (np.concatenate(parts[name]) for name in names)
+    e, moved, *z = (np.concatenate(parts[name]) for name in names)
+    z = z[0] if z else e + moved
     correct = allowed[np.arange(len(inputs)), np.concatenate(guesses)]
     if ctx.cfg.d_model == 2:
         plane = ctx.embeddings.plane
         limits = C.square_limits(plane.project(e), plane.project(z))
-        land = C.landscape(ctx.model, limits, ctx.resolution)  # its own grid: these limits
+        try:
+            land = C.landscape(ctx.model, limits, ctx.resolution)  # its own grid: these limits
+        except C.NotApplicable:  # a parallel block: no output network of z to draw under it
+            land = None
     else:
         plane, land = C.fit_plane(np.concatenate([e, z])), None
         limits = C.square_limits(plane.project(e), plane.project(z))

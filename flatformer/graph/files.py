@@ -109,7 +109,11 @@ def graph_document(
 
 
 def qk_hooks(cfg) -> tuple[str, ...]:
-    return tuple(f"blocks.{L}.attn.hook_{w}" for L in range(cfg.n_layers) for w in "qk")
+    """The queries and keys attention multiplies, every block's (the rotated ones with rotary
+    positions)."""
+    from ..readout.points import qk_hooks as of_block
+
+    return tuple(name for L in range(cfg.n_layers) for name in of_block(cfg, L))
 
 
 def write_graph_files(docs: list[dict], out) -> list[Path]:

@@ -7,7 +7,8 @@ is linear: the source writes `activation x write` into the residual stream at it
 embedding row, each with activation 1 but the feature's); each later block's attention carries
 it, with its pattern and LayerNorm scales frozen at their values on the prompt, from a key
 position to a query position (head h: the LayerNorm's linear part, (x - mean x) / scale * w,
-then W_V[h], then W_O[h], or the head's own d_head slice without W_O); MLPs carry nothing (the
+or RMSNorm's x / scale * w, then W_V[h] (its group's), then W_O[h], or the head's own d_head
+slice without W_O); MLPs carry nothing (the
 features are fixed); the target reads its input through its LayerNorm's linear part and its
 `read` vector (a feature's encoder column W_enc[:, i], a logit's unembedding column minus the
 mean column). So
@@ -25,6 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import attn_weight
+from ..engine.components import repeat_kv
+
 
 def _param(model, name: str) -> np.ndarray:
     return np.asarray(model.tensors[name], dtype=np.float64).reshape(model.cfg.param_shapes()[name])
@@ -37,6 +41,7 @@ def _ln(rep, name: str):
     return {
         "w": _param(rep.model, name + ".w").tolist(),
         "scale": np.asarray(rep.scales[name]).reshape(rep.T).tolist(),
+        "rms": rep.cfg.norm_kind == "rms",  # x / scale * w: no centring
     }
 
 
@@ -47,6 +52,7 @@ def frozen_factors(graph, node_ids: list[str], kept: list[int]) -> dict:
     vectors (see the module's docstring)."""
     rep = graph.extras["replacement"]
     cfg, model = rep.cfg, rep.model
+    group = cfg.n_heads // cfg.n_kv_heads
     blocks = []
     for L in range(cfg.n_layers):
         b = f"blocks.{L}."
@@ -54,12 +60,17 @@ def frozen_factors(graph, node_ids: list[str], kept: list[int]) -> dict:
             {
                 "pattern": rep.frozen[L].tolist(),  # (H, T, T): query by key
                 "ln1": _ln(rep, b + "ln1"),
-                "W_V": _param(model, b + "attn.W_V").tolist(),  # (H, d, dh)
+                # (H, d, dh): a grouped head's is its group's
+                "W_V": repeat_kv(_param(model, b + attn_weight(cfg, "V")), group).tolist(),
                 "W_O": _param(model, b + "attn.W_O").tolist() if cfg.attn_out else None,
                 "ln2": _ln(rep, b + "ln2"),
             }
         )
-    W_E, W_pos = _param(model, "embed.W_E"), _param(model, "pos_embed.W_pos")
+    W_E = _param(model, "embed.W_E")
+    if cfg.positional_embedding_type == "standard":
+        W_pos = _param(model, "pos_embed.W_pos")
+    else:  # rotary and shortformer positions write nothing into the stream
+        W_pos = np.zeros((cfg.n_ctx, cfg.d_model))
     W_U = _param(model, "unembed.W_U")
     by_layer = {L: tc for L, tc in rep.transcoders.items()}
     nodes = {}
@@ -97,6 +108,7 @@ def frozen_factors(graph, node_ids: list[str], kept: list[int]) -> dict:
         "n_heads": cfg.n_heads,
         "d_head": cfg.d_head,
         "n_pos": T,
+        "parallel": cfg.parallel_attn_mlp,  # a feature reads its block's input, not attention's
         "blocks": blocks,
         "ln_final": _ln(rep, "ln_final"),
         "nodes": nodes,

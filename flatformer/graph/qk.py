@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..readout.points import qk_hooks
+
 TOP = 10
 
 
@@ -26,11 +28,13 @@ def qk_terms(graph, layer: int, head: int, q: int, k: int) -> np.ndarray:
     """Every term of head `head` of block `layer`'s score at (query q, key k): a matrix
     (n_sources + 1, n_sources + 1), query-side node by key-side node, the last row and column
     the bias ("every source off") side. Its sum is the score."""
-    b = f"blocks.{layer}.attn."
-    dq = graph.extras["contributions"][b + "hook_q"][:, q, head]  # (n_s, dh)
-    dk = graph.extras["contributions"][b + "hook_k"][:, k, head]
-    q0 = graph.extras["baseline"][b + "hook_q"][q, head]
-    k0 = graph.extras["baseline"][b + "hook_k"][k, head]
+    cfg = graph.extras["replacement"].cfg
+    q_name, k_name = qk_hooks(cfg, layer)
+    kv = head // (cfg.n_heads // cfg.n_kv_heads)  # a grouped head reads its group's keys
+    dq = graph.extras["contributions"][q_name][:, q, head]  # (n_s, dh)
+    dk = graph.extras["contributions"][k_name][:, k, kv]
+    q0 = graph.extras["baseline"][q_name][q, head]
+    k0 = graph.extras["baseline"][k_name][k, kv]
     Q, K = np.vstack([dq, q0]), np.vstack([dk, k0])
     return Q @ K.T / np.sqrt(Q.shape[-1])
 
@@ -38,7 +42,8 @@ def qk_terms(graph, layer: int, head: int, q: int, k: int) -> np.ndarray:
 def cells(graph, pruned) -> list[tuple[int, int, int, int]]:
     """(layer, head, query, key) for every head a kept edge between two positions can pass
     through in one hop: the source at key k, the target at query q > k, the head's block after
-    the source's and no later than the target's."""
+    the source's and no later than the target's (a local layer's only when k is in q's
+    window)."""
     rep = graph.extras["replacement"]
     n_s = rep.n_sources
     out = set()
@@ -48,6 +53,8 @@ def cells(graph, pruned) -> list[tuple[int, int, int, int]]:
         if q <= k:
             continue
         for L in range(ls + 1, lt + 1):
+            if rep.cfg.window(L) and q - k >= rep.cfg.window(L):  # a local layer's hidden key
+                continue
             for h in range(rep.cfg.n_heads):
                 out.add((int(L), h, int(q), int(k)))
     return sorted(out)
@@ -70,7 +77,8 @@ def target_place(graph, t: int, n_s: int) -> tuple[int, int]:
     if t >= n_s:  # a logit reads the last position after every block
         return graph.n_pos - 1, graph.n_layers - 1
     L, p, _ = graph.features[t]
-    return int(p), int(L)
+    parallel = graph.extras["replacement"].cfg.parallel_attn_mlp  # its MLP reads before attention
+    return int(p), int(L) - parallel
 
 
 def qk_table(graph, pruned, ids: list[str], top: int = TOP) -> list[dict]:

@@ -1,8 +1,10 @@
 """The replacement model of one prompt (Ameisen et al. 2025, "Circuit Tracing", Section 2):
 the model's own forward pass (Transformer.run_with_cache) with hooks that
 
-- freeze every attention pattern and every LayerNorm's scale at their values on the prompt
-  (components.layer_norm_frozen), so that the pass is linear in what enters the residual stream;
+- freeze every attention pattern and every LayerNorm's (or RMSNorm's) scale at their values on
+  the prompt (components.layer_norm_frozen, rms_norm_frozen), so that the pass is linear in what
+  enters the residual stream (rotary or shortformer positions turn or shift q and k only, which
+  the frozen patterns make irrelevant; a gated or SoLU MLP is replaced as any other);
 - replace each MLP's output by its transcoder's features, fixed at their activations on the
   prompt, plus b_dec, plus an error node, the real output minus the transcoder's;
 - scale each source node (feature, error, token embedding, position embedding) by a coefficient
@@ -18,8 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import require_classic
-from ..engine.components import layer_norm_frozen
+from ..engine.components import layer_norm_frozen, rms_norm_frozen
 from ..errors import FlatformerError
 from .transcoders import Transcoder
 
@@ -31,7 +32,6 @@ class Replacement:
     graph with it minus the graph without."""
 
     def __init__(self, model, transcoders: list[Transcoder], tokens, heads=None):
-        require_classic(model.cfg, "the attribution graph")
         self.model, self.cfg = model, model.cfg
         self.tokens = model.check_tokens(tokens)[0]
         self.T = T = len(self.tokens)
@@ -89,10 +89,9 @@ class Replacement:
         c_feat, c_err, c_tok, c_pos = self.split(coef)
         params = self.model.tensors
         streams: dict[str, np.ndarray] = {}
-        hooks = {
-            "hook_embed": lambda x, n: x * c_tok[..., None],
-            "hook_pos_embed": lambda x, n: x * c_pos[..., None],
-        }
+        hooks = {"hook_embed": lambda x, n: x * c_tok[..., None]}
+        if not self.cfg.rotary:  # rotary positions are no node: they turn the frozen q and k
+            hooks["hook_pos_embed"] = lambda x, n: x * c_pos[..., None]
 
         def keep(key):
             def hook(x, n):
@@ -102,7 +101,10 @@ class Replacement:
             return hook
 
         def frozen(ln, key):
-            w, b, scale = params[ln + ".w"], params[ln + ".b"], self.scales[ln]
+            w, scale = params[ln + ".w"], self.scales[ln]
+            if self.cfg.norm_kind == "rms":
+                return lambda x, n: rms_norm_frozen(streams[key], w, scale)
+            b = params[ln + ".b"]
             return lambda x, n: layer_norm_frozen(streams[key], w, b, scale)
 
         def pattern(L):
@@ -120,17 +122,19 @@ class Replacement:
 
             return hook
 
-        pre_ln = self.cfg.normalization == "pre_ln"
+        pre_norm, parallel = self.cfg.pre_norm, self.cfg.parallel_attn_mlp
         for L in range(self.cfg.n_layers):
             b = f"blocks.{L}."
             hooks[b + "attn.hook_pattern"] = pattern(L)
             hooks[b + "hook_resid_pre"] = keep(b + "pre")
-            if pre_ln:
+            if pre_norm:
                 hooks[b + "ln1.hook_normalized"] = frozen(b + "ln1", b + "pre")
             if L in self.transcoders:
-                hooks[b + "hook_resid_mid"] = keep(b + "mid")
-                if pre_ln:
-                    hooks[b + "ln2.hook_normalized"] = frozen(b + "ln2", b + "mid")
+                mlp_in = b + "pre" if parallel else b + "mid"  # a parallel MLP reads e
+                if not parallel:
+                    hooks[b + "hook_resid_mid"] = keep(b + "mid")
+                if pre_norm:
+                    hooks[b + "ln2.hook_normalized"] = frozen(b + "ln2", mlp_in)
                 hooks[b + "hook_mlp_out"] = mlp_out(L)
         if self.cfg.ln_final:
             last = f"blocks.{self.cfg.n_layers - 1}.hook_resid_post"

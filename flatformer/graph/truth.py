@@ -136,6 +136,7 @@ def qk_scores(graph, pruned, via=None) -> dict:
     n_s = graph.extras["replacement"].n_sources
     groups = np.array(send[:n_s] + ["bias"])
     rep = graph.extras["replacement"]
+    cfg = rep.cfg
     out: dict = {}
 
     def add(key, value):
@@ -147,22 +148,25 @@ def qk_scores(graph, pruned, via=None) -> dict:
         for side, sums in (("q", terms.sum(1)), ("k", terms.sum(0))):
             for g in set(groups) - {"bias", ""}:
                 add((g, f"a{L}.{h}.{side}"), sums[groups == g].sum())
-        Q, K = qk_sides(graph.extras["contributions"], graph.extras["baseline"], L, h, q, k)
+        Q, K = qk_sides(cfg, graph.extras["contributions"], graph.extras["baseline"], L, h, q, k)
         for (M, G), (parts, base) in (via or {}).items():
             if M >= L:
                 continue
-            Qg, Kg = qk_sides(parts, base, L, h, q, k)
+            Qg, Kg = qk_sides(cfg, parts, base, L, h, q, k)
             scale = weight / np.sqrt(Q.shape[-1])
             add((f"a{M}.{G}", f"a{L}.{h}.q"), np.abs(Qg @ K.T).sum() * scale)
             add((f"a{M}.{G}", f"a{L}.{h}.k"), np.abs(Q @ Kg.T).sum() * scale)
     return out
 
 
-def qk_sides(contributions, baseline, L, h, q, k):
+def qk_sides(cfg, contributions, baseline, L, h, q, k):
     """Each source's query at q and key at k, the all-off ones last (n_s + 1, dh) each."""
-    b = f"blocks.{L}.attn."
-    Q = np.vstack([contributions[b + "hook_q"][:, q, h], baseline[b + "hook_q"][q, h]])
-    K = np.vstack([contributions[b + "hook_k"][:, k, h], baseline[b + "hook_k"][k, h]])
+    from .qk import qk_hooks
+
+    q_name, k_name = qk_hooks(cfg, L)
+    kv = h // (cfg.n_heads // cfg.n_kv_heads)
+    Q = np.vstack([contributions[q_name][:, q, h], baseline[q_name][q, h]])
+    K = np.vstack([contributions[k_name][:, k, kv], baseline[k_name][k, kv]])
     return Q, K
 
 

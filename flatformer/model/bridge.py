@@ -8,10 +8,11 @@ pass, so the tests also use it as the oracle for the engine's hand-written gradi
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
-from ..config import ModelConfig, attn_weight, require_classic
+from ..config import ModelConfig, attn_weight
 from ..errors import FlatformerError
 
 try:
@@ -236,6 +237,106 @@ def _as_model(run_or_model, step):
     return run.model(step)
 
 
+# Our activations by TransformerLens's names: our "gelu" is the tanh approximation (its
+# gelu_new), our gelu_erf its exact "gelu".
+TL_ACT_FNS = {
+    "relu": "relu",
+    "gelu": "gelu_new",
+    "gelu_erf": "gelu",
+    "silu": "silu",
+    "solu_ln": "solu_ln",
+}
+
+
+def _as_flatformer_computes(net, cfg: ModelConfig, dtype):
+    """TransformerLens 4's native model made to compute what the engine does where its defaults
+    differ: the rotary tables in float64 from the engine's own (it bakes them in float32) and
+    the engine's pairs (it always turns neighbours; Llama's and GPT-NeoX's halves are ours by
+    default); GPT-Neo's local layers' masks; a gated MLP's b_in and b_out (it has none); a
+    parallel block (it runs attention and the MLP one after the other); shortformer positions
+    (it has only standard and rotary ones)."""
+    from ..engine.components import local_bias, rotary_tables
+
+    if cfg.rotary:
+        cos, sin = rotary_tables(
+            cfg.n_ctx, cfg.rotated_dims, float(cfg.rotary_base), cfg.rotary_adjacent_pairs
+        )
+        net.rotary.cos_cached = torch.tensor(cos, dtype=dtype)
+        net.rotary.sin_cached = torch.tensor(sin, dtype=dtype)
+        if not cfg.rotary_adjacent_pairs:
+            net.rotary._rotate_half = _rotate_halves
+    for layer, block in enumerate(net.layers):
+        if cfg.window(layer):
+            hidden = ~torch.tensor(np.isfinite(local_bias(cfg.n_ctx, cfg.window(layer))))
+            block.attn.causal_mask = hidden
+        if cfg.gated_mlp:
+            block.mlp.b_in = nn.Parameter(torch.zeros(cfg.d_mlp, dtype=dtype))
+            block.mlp.out = nn.Linear(cfg.d_mlp, cfg.d_model, bias=True, dtype=dtype)
+            block.mlp.forward = _gated_forward.__get__(block.mlp)
+        if cfg.parallel_attn_mlp:
+            block.forward = _parallel_forward.__get__(block)
+    if cfg.shortformer:  # W_pos read once a pass, then added to each block's q and k inputs
+        shared: dict = {}
+        net.forward = partial(_shortformer_forward, net, shared)
+        for block in net.layers:
+            block.attn.forward = partial(_shortformer_attention, block.attn, shared)
+
+
+def _shortformer_forward(net, shared, input_ids, attention_mask=None, position_ids=None, **kw):
+    """The native model's pass with shortformer positions: W_pos (its hook_pos_embed) kept
+    aside for the attention of every block, the stream only the token embeddings."""
+    hidden_states = net.tok_embed(input_ids)
+    batch, seq = input_ids.shape
+    if position_ids is None:
+        position_ids = torch.arange(seq, device=input_ids.device).unsqueeze(0).expand(batch, -1)
+    shared["p"] = net.pos(position_ids)
+    for block in net.layers:
+        (hidden_states,) = block(
+            hidden_states, attention_mask=attention_mask, position_ids=position_ids
+        )
+    return net.head(net.ln_out(hidden_states))
+
+
+def _shortformer_attention(attn, shared, hidden_states, pattern_fn=None, **kwargs):
+    """Native attention with q and k read from LN1(x) + p and v from LN1(x)
+    (TransformerLens's shortformer block): softmax(q k^T / sqrt(dh) + mask) v, then W_O."""
+    batch, seq, _ = hidden_states.shape
+    with_p = hidden_states + shared["p"]
+    q = attn.q(with_p).view(batch, seq, attn.n_heads, attn.d_head).transpose(1, 2)
+    k = attn.k(with_p).view(batch, seq, attn.n_kv_heads, attn.d_head).transpose(1, 2)
+    v = attn.v(hidden_states).view(batch, seq, attn.n_kv_heads, attn.d_head).transpose(1, 2)
+    if attn.kv_repeats > 1:
+        k = k.repeat_interleave(attn.kv_repeats, dim=1)
+        v = v.repeat_interleave(attn.kv_repeats, dim=1)
+    hidden = attn.causal_mask[:seq, :seq] if attn.causal else torch.zeros(seq, seq, dtype=bool)
+    scores = (q @ k.transpose(-2, -1) / attn.scale).masked_fill(hidden, float("-inf"))
+    pattern = torch.softmax(scores, dim=-1)
+    if pattern_fn is not None:
+        pattern = pattern_fn(pattern)
+    z = (pattern @ v).transpose(1, 2).reshape(batch, seq, -1)
+    return attn.o(z), pattern
+
+
+def _rotate_halves(x):
+    """The quarter turn of rotary's halves (x1, x2) -> (-x2, x1), as components.rotate."""
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], -1)
+
+
+def _gated_forward(mlp, hidden_states, **kwargs):
+    """act(x W_gate) * (x W_in) + b_in, then W_out and b_out (components.gated_mlp)."""
+    post = mlp.act(mlp.gate(hidden_states)) * getattr(mlp, "in")(hidden_states) + mlp.b_in
+    return mlp.out(post)
+
+
+def _parallel_forward(block, hidden_states, attention_mask=None, position_ids=None, **kwargs):
+    """h = e + Attn(LN1(e)) + FFN(LN2(e)): attention and the MLP both read the block's input."""
+    attn_out, _ = block.attn(
+        block.ln1(hidden_states), attention_mask=attention_mask, position_ids=position_ids
+    )
+    return (hidden_states + attn_out + block.mlp(block.ln2(hidden_states)),)
+
+
 def to_transformer_lens(run_or_model, step: int | None = None):
     """A TransformerLens `TransformerBridge` (TransformerLens 4) with the run's weights, float64.
 
@@ -252,6 +353,15 @@ def to_transformer_lens(run_or_model, step: int | None = None):
     `attn.hook_attn_scores` after the fact from what the attention module returns, which is the
     softmaxed pattern, so read pre-softmax scores from our engine. Its `set_use_attn_result` is
     not available for this architecture; `cache.stack_head_results()` gives per-head outputs.
+
+    The newer architectures map to its config fields (`normalization_type` "RMS" with
+    `final_rms`, `positional_embedding_type` "rotary" with `rotary_dim`, `rotary_base` and
+    `rotary_adjacent_pairs`, `gated_mlp`, `parallel_attn_mlp`, `n_key_value_heads`, `act_fn`
+    "silu" and "solu_ln", `eps`), and its native model is made to compute what the engine
+    does where it differs (`_as_flatformer_computes`: float64 rotary tables, our pairs, local
+    layers' masks, a gated MLP's biases, parallel blocks; its norms computed by the bridge in
+    float64; shortformer positions, which it would add to the stream, added to each block's q
+    and k inputs). It has no `hook_rot_q`, `hook_rot_k` or SoLU `hook_mid`.
     """
     _require_torch()
     model = _as_model(run_or_model, step)
@@ -261,7 +371,6 @@ def to_transformer_lens(run_or_model, step: int | None = None):
             f"TransformerLens has no attention rate: this model mixes its attention with "
             f"uniform weights (attn_coeff {cfg.attn_coeff:g}); use to_torch instead"
         )
-    require_classic(cfg, "to_transformer_lens")
     try:
         from transformer_lens import TransformerBridgeConfig
         from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
@@ -288,10 +397,17 @@ def to_transformer_lens(run_or_model, step: int | None = None):
         d_vocab=cfg.d_vocab,
         d_vocab_out=cfg.vocab_out,
         # our "gelu" is the tanh approximation (its gelu_new); our gelu_erf is its exact "gelu"
-        act_fn={"relu": "relu", "gelu": "gelu_new", "gelu_erf": "gelu"}[cfg.act_fn],
-        normalization_type="LN" if cfg.normalization == "pre_ln" else None,
-        eps=1e-5,
-        positional_embedding_type="standard",
+        act_fn=TL_ACT_FNS[cfg.act_fn],
+        normalization_type={"pre_ln": "LN", "pre_rms": "RMS"}.get(cfg.normalization),
+        final_rms=cfg.ln_final and cfg.norm_kind == "rms",
+        eps=cfg.eps,
+        positional_embedding_type="rotary" if cfg.rotary else "standard",
+        rotary_dim=cfg.rotated_dims,
+        rotary_base=cfg.rotary_base,
+        rotary_adjacent_pairs=cfg.rotary_adjacent_pairs,
+        gated_mlp=cfg.gated_mlp,
+        parallel_attn_mlp=cfg.parallel_attn_mlp,
+        n_key_value_heads=cfg.n_kv_heads if cfg.grouped else None,
         attention_dir="causal" if cfg.causal else "bidirectional",
         architecture="TransformerLensNative",
         init_weights=False,
@@ -302,7 +418,9 @@ def to_transformer_lens(run_or_model, step: int | None = None):
     if not cfg.ln_final:
         net.ln_out = nn.Identity()
     elif cfg.normalization == "none":
-        net.ln_out = nn.LayerNorm(cfg.d_model, eps=1e-5, dtype=dtype)
+        net.ln_out = nn.LayerNorm(cfg.d_model, eps=cfg.eps, dtype=dtype)
+    _as_flatformer_computes(net, cfg, dtype)
+    gated = [block.mlp.b_in for block in net.layers] if cfg.gated_mlp else []
 
     def final_norm(adapter):
         # Without ln_final a plain component passes the identity through (a LayerNorm bridge
@@ -332,10 +450,22 @@ def to_transformer_lens(run_or_model, step: int | None = None):
             # Concatenating heads is multiplying by identity blocks: head h writes dims h*dh..
             state[b + "W_O"] = torch.eye(H * dh, dtype=dtype).reshape(H, dh, d)
         for w in "QKV":
-            state.setdefault(b + f"b_{w}", torch.zeros(H, dh, dtype=dtype))
+            state.setdefault(
+                "blocks." + str(layer) + "." + attn_weight(cfg, w, "b"),
+                torch.zeros(cfg.heads_of(w), dh, dtype=dtype),
+            )
         state.setdefault(b + "b_O", torch.zeros(d, dtype=dtype))
     state.setdefault("unembed.b_U", torch.zeros(cfg.vocab_out, dtype=dtype))
-    bridge.load_state_dict(convert_tl_checkpoint(state, bridge.cfg), strict=True)
+    for module in bridge.modules():  # its own RMSNorm computes in float32; the bridge's, ours
+        if isinstance(module, NormalizationBridge):
+            module.use_native_layernorm_autograd = False
+    converted = convert_tl_checkpoint(state, bridge.cfg)
+    # our gated b_in is added after the gate, not in x W_in: it goes to the slot made for it
+    b_in = [converted.pop(f"blocks.{L}.mlp.in.bias") for L in range(cfg.n_layers) if gated]
+    bridge.load_state_dict(converted, strict=True)
+    with torch.no_grad():
+        for slot, value in zip(gated, b_in):
+            slot.copy_(value)
     bridge.enable_compatibility_mode(no_processing=True, disable_warnings=True)
     bridge.eval()
     return bridge

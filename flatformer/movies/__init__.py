@@ -14,7 +14,7 @@ render.py splits the frames across processes.
 from __future__ import annotations
 
 from ..errors import FlatformerError
-from ..readout import NotInPlane
+from ..readout import NotApplicable
 from .encode import FORMATS
 from .frames import Checkpoints, load_checkpoints
 from .induction import InductionMovie
@@ -91,6 +91,6 @@ def prepare(ck: Checkpoints, names: list[str], head: int = 0):
             continue
         try:
             scenes.append(ALL_MOVIES[name](geo))
-        except NotInPlane as exc:
+        except NotApplicable as exc:
             skipped[name] = str(exc)
     return scenes, skipped

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..figures import compute as C
 from ..figures import style
+from ..readout.landscape import require_output_network
 from .draw import labels, square_panel
 from .scene import Scene
 
@@ -36,6 +37,7 @@ class LandscapeMovie(Scene):
     def __init__(self, geo):
         super().__init__(geo)
         C.require_plane(self.ck.models[0], "the landscape movie")
+        require_output_network(self.ck.models[0], "the landscape movie")
         h = geo.head
         self.combined = geo.stack(lambda i: geo.emb[i].combined.reshape(-1, 2))
         self.values = geo.stack(lambda i: geo.proj[i].written[:, :, h].reshape(-1, 2))

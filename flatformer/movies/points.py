@@ -63,7 +63,12 @@ class QKVMovie(Scene):
         self.limits = {w: C.square_limits(p) for w, p in self.points.items()}
         cfg = self.ck.run.cfg
         # The 2 x 2 matrices are worth printing only when they are the whole story.
-        self.show_weights = cfg.d_model == 2 and cfg.d_head == 2 and cfg.normalization == "none"
+        self.show_weights = (
+            cfg.d_model == 2
+            and cfg.d_head == 2
+            and cfg.normalization == "none"
+            and cfg.positional_embedding_type == "standard"
+        )
 
     def frame(self, i):
         return {w: p[i] for w, p in self.points.items()}
@@ -95,9 +100,8 @@ class QKVMovie(Scene):
     def move(self, i, a):
         for w, coll in self.labels.items():
             coll.set_offsets(a[w])
-        tensors = self.ck.models[i].tensors
         for w, text in self.weights.items():
-            W = tensors[f"blocks.0.attn.W_{w.upper()}"][self.geo.head]
+            W = C.head_weight(self.ck.models[i], w.upper(), self.geo.head)
             text.set_text(
                 f"W_{w.upper()} = [[{W[0, 0]:+.2f} {W[0, 1]:+.2f}] [{W[1, 0]:+.2f} {W[1, 1]:+.2f}]]"
             )

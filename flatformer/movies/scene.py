@@ -85,8 +85,12 @@ class Geometry:
     def formula(self, w: str) -> str:
         """How block 0 makes its queries, keys or values from e, e.g. "q = LN(e) W_Q"."""
         cfg = self.ck.run.cfg
-        source = "LN(e)" if cfg.normalization == "pre_ln" else "e"
+        source = {"pre_ln": "LN(e)", "pre_rms": "RMS(e)"}.get(cfg.normalization, "e")
+        if cfg.shortformer and w != "v":
+            source = f"({source} + p)"
         bias = f" + b_{w.upper()}" if cfg.qkv_bias else ""
+        if cfg.rotary and w != "v":
+            return f"{w} = rot({source} W_{w.upper()}{bias})"
         return f"{w} = {source} W_{w.upper()}{bias}"
 
 

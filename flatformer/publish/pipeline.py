@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ..config import require_classic
 from ..errors import FlatformerError
 from ..store.limits import processes
 
@@ -121,14 +120,13 @@ _JOB: dict = {}  # what a forked worker draws from: set by draw_suite before the
 
 def draw_one(name: str) -> tuple[str, list[Path], str | None]:
     """Draw and save one figure of the current job: (name, written paths, skip message)."""
-    from ..figures import NotInPlane
-    from ..figures.compute import NotDrawn
+    from ..readout import NotApplicable
 
     ctx, folder, formats = _JOB["ctx"], _JOB["folder"], _JOB["formats"]
     compute, draw = _JOB["figures"][name]
     try:
         fig = draw(compute(ctx))
-    except (NotInPlane, NotDrawn) as exc:
+    except NotApplicable as exc:  # not in the plane, not this architecture, not this task
         return name, [], f"skipped {name}: {exc}"
     paths = []
     for fmt in formats:
@@ -274,7 +272,8 @@ def draw_suite(
     written paths, skip messages)."""
     import multiprocessing
 
-    from ..figures import FigureContext, NotInPlane, figures_for
+    from ..figures import FigureContext, figures_for
+    from ..readout import NotApplicable
     from ..store.runs import load_run
     from ..store.layout import figures_folder
     from ..store.write import OUTPUT_SUFFIXES, claim_folder, holds_only, make_folder
@@ -283,7 +282,6 @@ def draw_suite(
     if out_dir:
         claim_folder(out_dir, "--out", figure_files)
     run = load_run(run_path)
-    require_classic(run.cfg, "flatformer figures")
     ctx = FigureContext(run, step, sequence)
     check_figures_memory(run.cfg, jobs, ctx.resolution)
     registry = figures_for(run.task)
@@ -295,7 +293,7 @@ def draw_suite(
     ctx.trace, ctx.projections, ctx.embeddings, ctx.limits
     try:
         ctx.landscape
-    except NotInPlane:
+    except NotApplicable:
         pass
     if any(n.startswith("grok") for n in names):
         ctx.grokking  # modular-addition: the measures over every checkpoint, once for all
@@ -371,7 +369,6 @@ def write_movies(
     if out_dir:
         claim_folder(out_dir, "--out", movie_files)
     run = load_run(run_dir)
-    require_classic(run.cfg, "flatformer movies")
     names = mv.movie_names(movies, run.config.get("task"))
     chosen = mv.formats(formats)
     estimate = check_movie_memory(run, names, every, workers, memory)

@@ -34,7 +34,15 @@ from .knobs import (
     switches,
     zero_head,
 )
-from .landscape import Landscape, NotInPlane, landscape, output_logits, require_plane, unembed
+from .landscape import (
+    Landscape,
+    NotApplicable,
+    NotInPlane,
+    landscape,
+    output_logits,
+    require_plane,
+    unembed,
+)
 from .plane import Field, Plane, fit_plane, fitted_limits, grid, square_limits
 from .points import (
     Embeddings,
@@ -44,6 +52,7 @@ from .points import (
     combined_points,
     embeddings,
     head_outputs,
+    head_weight,
     point_label,
     point_scores,
     projections,
@@ -65,6 +74,7 @@ __all__ = [
     "KL_DIRECTION",
     "Knob",
     "Landscape",
+    "NotApplicable",
     "NotInPlane",
     "Plane",
     "Projections",
@@ -84,6 +94,7 @@ __all__ = [
     "grid",
     "head_means",
     "head_outputs",
+    "head_weight",
     "kl_divergence",
     "knob_kl",
     "knob_kls",

@@ -150,7 +150,7 @@ class Knob:
 
 def standard_knobs(model: Transformer, reference, betas=BETAS) -> list[Knob]:
     """Every head off (zero, and mean over the `reference` windows), every MLP off, positions
-    off, and the attention scores of every layer scaled by each beta: the knob table of
+    off (a model with position embeddings: not rotary positions), and the attention scores of every layer scaled by each beta: the knob table of
     `flatformer analyze` and of the explorer page, in that order."""
     cfg = model.cfg
     means = head_means(model, reference)
@@ -161,7 +161,8 @@ def standard_knobs(model: Transformer, reference, betas=BETAS) -> list[Knob]:
             knobs.append(Knob(f"head {layer}.{head} mean", mean_head(layer, head, means)))
     if not cfg.attn_only:
         knobs += [Knob(f"mlp {layer} off", mlp_off(layer)) for layer in range(cfg.n_layers)]
-    knobs.append(Knob("positions off", positions_off()))
+    if not cfg.rotary:  # rotary positions are a turn of q and k, no embedding to switch off
+        knobs.append(Knob("positions off", positions_off()))
     knobs += [Knob(f"beta {beta:g}", scale_scores(beta, n_layers=cfg.n_layers)) for beta in betas]
     return knobs
 

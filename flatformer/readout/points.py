@@ -4,6 +4,11 @@ and values, and what each head writes into the residual stream.
 In block 0 these depend only on the token and its position, so one forward pass over the batch
 whose row v repeats token v covers all V x T combinations, and the numbers are read from the
 engine's own hooks (LayerNorm and biases included exactly as it applies them).
+
+The newer architectures are read as the model computes them: with rotary positions the queries
+and keys are the turned ones (`hook_rot_q`, `hook_rot_k`) and positions add nothing to the
+stream (p = 0), as with shortformer positions, which enter only q and k's inputs; grouped keys
+and values are shown for every query head, each head reading its group's.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import ModelConfig
+from ..config import ModelConfig, attn_weight
+from ..engine.components import repeat_kv
 from ..model.transformer import Transformer
 from .plane import Field, Plane, fit_plane, grid
 
@@ -30,14 +36,42 @@ def all_points(model: Transformer) -> dict[str, np.ndarray]:
     return model.run_with_cache(all_points_tokens(model.cfg.d_vocab, model.cfg.n_ctx))[1]
 
 
-# What `embeddings` and `projections` read of the all-points batch.
-POINT_HOOKS = (
-    "hook_embed",
-    "hook_pos_embed",
-    "blocks.0.attn.hook_q",
-    "blocks.0.attn.hook_k",
-    "blocks.0.attn.hook_v",
-)
+def qk_hooks(cfg: ModelConfig, layer: int = 0) -> tuple[str, str]:
+    """The hooks of the queries and keys attention multiplies: rotated ones with rotary
+    positions (hook_rot_q, hook_rot_k), else hook_q and hook_k."""
+    b = f"blocks.{layer}.attn.hook_"
+    return (b + "rot_q", b + "rot_k") if cfg.rotary else (b + "q", b + "k")
+
+
+def point_hooks(cfg: ModelConfig) -> tuple[str, ...]:
+    """What `embeddings` and `projections` read of the all-points batch."""
+    positions = () if cfg.rotary else ("hook_pos_embed",)
+    return ("hook_embed", *positions, *qk_hooks(cfg), "blocks.0.attn.hook_v")
+
+
+def stream_positions(cfg: ModelConfig, cache: dict) -> np.ndarray:
+    """p, what positions add to the residual stream: hook_pos_embed, or zeros when positions
+    enter only the queries and keys (rotary and shortformer positions)."""
+    if cfg.rotary or cfg.shortformer:
+        return np.zeros_like(cache["hook_embed"])
+    return cache["hook_pos_embed"]
+
+
+def every_head(cfg: ModelConfig, x: np.ndarray) -> np.ndarray:
+    """Keys or values (..., n_kv_heads, dh) for each query head (..., H, dh): each head reads
+    its group's (the engine's repeat_kv, whose heads axis is -3)."""
+    group = cfg.n_heads // cfg.n_kv_heads
+    return repeat_kv(np.swapaxes(x, -2, -3), group).swapaxes(-2, -3)
+
+
+def head_weight(model: Transformer, letter: str, head: int, layer: int = 0) -> np.ndarray:
+    """W_Q, W_K or W_V (`letter`) of query head `head` (d, dh): a grouped model's keys and values
+    are its group's."""
+    cfg = model.cfg
+    kv = head // (cfg.n_heads // cfg.n_kv_heads) if letter in "KV" else head
+    return model.tensors[f"blocks.{layer}." + attn_weight(cfg, letter)][kv]
+
+
 PASS_BYTES = 256 * 2**20  # a forward pass's cache when only some points are wanted (resources
 # .FIGURE_PASS counts it in the figures' estimate; a test holds them equal)
 
@@ -51,7 +85,7 @@ def rows_per_pass(cfg: ModelConfig, width: int, budget: int = PASS_BYTES) -> int
 
 
 def some_points(model: Transformer, tokens, positions) -> dict[str, np.ndarray]:
-    """POINT_HOOKS of the all-points batch restricted to `tokens` x `positions` (leading axes
+    """point_hooks of the all-points batch restricted to `tokens` x `positions` (leading axes
     (len(tokens), len(positions))). The rows run a few at a time (`rows_per_pass`) and keep
     only these hooks at these positions: the whole batch of a large model (its logits alone
     are V x T x V) need never exist."""
@@ -59,11 +93,11 @@ def some_points(model: Transformer, tokens, positions) -> dict[str, np.ndarray]:
     width = int(positions.max()) + 1  # causal: later positions change nothing before them
     model = first_block(model)  # every hook read comes before block 0's attention
     step = rows_per_pass(model.cfg, width)
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in POINT_HOOKS}
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in point_hooks(model.cfg)}
     for start in range(0, len(tokens), step):
         rows = np.repeat(tokens[start : start + step, None], width, axis=1)
         cache = model.run_with_cache(rows)[1]
-        for name in POINT_HOOKS:
+        for name in parts:
             parts[name].append(cache[name][:, positions])
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
 
@@ -98,7 +132,7 @@ def _points(model: Transformer, tokens, positions) -> dict[str, np.ndarray]:
 def combined_points(model: Transformer) -> np.ndarray:
     """e = x + p for every token at every position: (V, T, d)."""
     cache = all_points(model)
-    return cache["hook_embed"] + cache["hook_pos_embed"]
+    return cache["hook_embed"] + stream_positions(model.cfg, cache)
 
 
 def write_heads(cfg: ModelConfig, v: np.ndarray, W_O: np.ndarray | None) -> np.ndarray:
@@ -162,16 +196,18 @@ def embeddings(
     those of `tokens` (vocabulary indices) at `positions` (then `vocab` and every array follow
     that choice, in its order).
 
-    The combined points come from `hook_embed + hook_pos_embed` of the all-points batch, so they
-    are exactly the residual stream the engine starts from. `plane` fixes the drawing plane (e.g.
+    The combined points come from `hook_embed + hook_pos_embed` of the all-points batch (p = 0
+    where positions do not enter the stream), so they are exactly the residual stream the
+    engine starts from. `plane` fixes the drawing plane (e.g.
     one plane for all frames of a movie).
     """
     cache = _points(model, tokens, positions)
-    combined = cache["hook_embed"] + cache["hook_pos_embed"]  # (V, T, d)
+    p = stream_positions(model.cfg, cache)
+    combined = cache["hook_embed"] + p  # (V, T, d)
     names = list(vocab) if tokens is None else [vocab[t] for t in tokens]
     where = range(model.cfg.n_ctx) if positions is None else positions
     labels = np.array([[point_label(name, int(t)) for t in where] for name in names], dtype=object)
-    token, position = cache["hook_embed"][:, 0], cache["hook_pos_embed"][0]
+    token, position = cache["hook_embed"][:, 0], p[0]
     return Embeddings(
         names,
         token,
@@ -206,9 +242,13 @@ class Projections:
 
 def projections(model: Transformer, tokens=None, positions=None) -> Projections:
     """Q, K, V of all V x T combined points (or of `tokens` x `positions`), read from block 0's
-    hook_q/k/v."""
+    hook_q/k/v (hook_rot_q and hook_rot_k with rotary positions; grouped keys and values for
+    every query head)."""
+    cfg = model.cfg
     cache = _points(model, tokens, positions)
-    q, k, v = (cache[f"blocks.0.attn.hook_{n}"] for n in "qkv")
+    q_name, k_name = qk_hooks(cfg)
+    q, k = cache[q_name], every_head(cfg, cache[k_name])
+    v = every_head(cfg, cache["blocks.0.attn.hook_v"])
     return Projections(q, k, v, head_outputs(model, v, layer=0), model.cfg.d_head)
 
 

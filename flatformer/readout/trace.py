@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model.transformer import Transformer
-from .points import point_label
+from .points import every_head, point_label, qk_hooks, stream_positions
 from .probs import softmax
 
 
@@ -17,14 +17,15 @@ class BlockTrace:
     """One block's activations for one sequence."""
 
     resid_pre: np.ndarray  # (T, d)
-    q: np.ndarray  # (T, H, dh)
-    k: np.ndarray
+    q: np.ndarray  # (T, H, dh), rotated with rotary positions (what attention multiplies)
+    k: np.ndarray  # keys and values for each query head (its group's, when grouped)
     v: np.ndarray
     scores: np.ndarray  # (H, T, T), -inf above the diagonal
     pattern: np.ndarray  # (H, T, T)
     z: np.ndarray  # (T, H, dh) = pattern @ v
     attn_out: np.ndarray  # (T, d)
-    resid_mid: np.ndarray  # (T, d) = resid_pre + attn_out
+    resid_mid: np.ndarray  # (T, d) = resid_pre + attn_out (a parallel block's MLP reads
+    #   resid_pre instead: there this sum is no hook, the stream never holds it)
     mlp_out: np.ndarray  # (T, d)
     resid_post: np.ndarray  # (T, d) = resid_mid + mlp_out
 
@@ -38,7 +39,7 @@ class Trace:
     labels: list[str]  # point labels, e.g. ["41", "12", "+2", ...]
     token_text: list[str]
     embed: np.ndarray  # (T, d) x
-    pos_embed: np.ndarray  # (T, d) p
+    pos_embed: np.ndarray  # (T, d) p, zero where positions do not enter the stream
     blocks: list[BlockTrace]
     logits: np.ndarray  # (T, V)
     probs: np.ndarray  # (T, V)
@@ -54,20 +55,21 @@ def trace(model: Transformer, tokens, vocab: list[str]) -> Trace:
     tokens = model.check_tokens(tokens)[0]
     logits, cache = model.run_with_cache(tokens)
     c = {name: act[0] for name, act in cache.items()}
-    blocks = []
-    for layer in range(model.cfg.n_layers):
+    cfg, blocks = model.cfg, []
+    for layer in range(cfg.n_layers):
         b = f"blocks.{layer}."
+        q_name, k_name = qk_hooks(cfg, layer)
         blocks.append(
             BlockTrace(
                 c[b + "hook_resid_pre"],
-                c[b + "attn.hook_q"],
-                c[b + "attn.hook_k"],
-                c[b + "attn.hook_v"],
+                c[q_name],
+                every_head(cfg, c[k_name]),
+                every_head(cfg, c[b + "attn.hook_v"]),
                 c[b + "attn.hook_attn_scores"],
                 c[b + "attn.hook_pattern"],
                 c[b + "attn.hook_z"],
                 c[b + "hook_attn_out"],
-                *_after_attention(model.cfg, c, b),
+                *after_attention(model.cfg, c, b),
                 c[b + "hook_resid_post"],
             )
         )
@@ -77,7 +79,7 @@ def trace(model: Transformer, tokens, vocab: list[str]) -> Trace:
         [point_label(w, i) for i, w in enumerate(text)],
         text,
         c["hook_embed"],
-        c["hook_pos_embed"],
+        stream_positions(cfg, c),
         blocks,
         logits[0],
         softmax(logits[0]),
@@ -85,9 +87,12 @@ def trace(model: Transformer, tokens, vocab: list[str]) -> Trace:
     )
 
 
-def _after_attention(cfg, c: dict, b: str):
-    """(resid_mid, mlp_out) of block `b`: an attention-only block's stream after attention is
-    its output, and its MLP writes zero."""
+def after_attention(cfg, c: dict, b: str):
+    """(resid_mid, mlp_out) of block `b` in a cache `c`: an attention-only block's stream after
+    attention is its output, and its MLP writes zero; a parallel block's e + Attn(e) is the sum
+    of its hooks (its MLP reads e)."""
     if cfg.attn_only:
         return c[b + "hook_resid_post"], np.zeros_like(c[b + "hook_resid_post"])
+    if cfg.parallel_attn_mlp:
+        return c[b + "hook_resid_pre"] + c[b + "hook_attn_out"], c[b + "hook_mlp_out"]
     return c[b + "hook_resid_mid"], c[b + "hook_mlp_out"]

@@ -36,6 +36,28 @@ def _informative(reps: dict) -> dict:
     return kept
 
 
+def check_geometry_memory(cfg, shape: tuple, checkpoints: int = 1, memory: int | None = None):
+    """Refuse, before the forward pass, a geometry of stimuli `shape` (count, width) whose
+    representations, RDMs and comparisons need more than the machine's available memory
+    (`memory` overrides it), naming the --stimuli that would fit."""
+    from ..store.resources import available_memory, check_memory, geometry_fit, geometry_memory
+
+    n, width = shape
+    memory = available_memory() if memory is None else memory
+    needed = geometry_memory(cfg, n, width, checkpoints)
+    if memory is None or needed <= memory:
+        return
+    fit = geometry_fit(cfg, width, memory, checkpoints)
+    hint = (
+        f"give --stimuli FILE of at most {fit:,} prompts"
+        if fit
+        else "not even 3 stimuli fit: free some memory"
+    )
+    if fit and checkpoints > 1 and geometry_memory(cfg, n, width) <= memory:
+        hint = "leave out --training, or " + hint
+    check_memory(needed, f"geometry on {n:,} stimuli of {width} tokens", hint, memory)
+
+
 def activation_matrix(reps: dict, measure=linear_cka) -> tuple[list[str], np.ndarray]:
     names = list(reps)
     m = np.eye(len(names))
@@ -65,6 +87,7 @@ def geometry_report(
     model's crossnobis RDMs over repeated held-out windows (`model_crossnobis`)."""
     step = run.resolve_step(step)
     tokens, read, labels = stimuli(run, prompts)
+    check_geometry_memory(run.cfg, tokens.shape, len(run.steps) if over_training else 1)
     recordings = load_recordings(data, len(labels)) if data is not None else None
     reps = _informative(representations(run.model(step), tokens, read))
     rdms = {name: {kind: f(x) for kind, f in RDMS.items()} for name, x in reps.items()}

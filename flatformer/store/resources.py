@@ -222,6 +222,52 @@ def compare_memory(cfg, seeds: int, landscapes: bool) -> int:
     )
 
 
+HEAD_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")
+
+
+def geometry_activations(cfg) -> int:
+    """The representations `geometry` compares: every hook of the forward pass, a hook with
+    heads counted once per head (rsa.stimuli.representations)."""
+    from ..engine.model import hook_names
+
+    total = 0
+    for name in hook_names(cfg):
+        last = name.rsplit(".", 1)[-1]
+        if last in ("hook_k", "hook_v", "hook_rot_k"):
+            total += cfg.n_kv_heads
+        elif last in HEAD_HOOKS or last in ("hook_attn_scores", "hook_pattern"):
+            total += cfg.n_heads
+        else:
+            total += 1
+    return total
+
+
+def geometry_memory(cfg, stimuli: int, width: int, checkpoints: int = 1) -> int:
+    """Peak bytes of `geometry` on `stimuli` prompts of `width` tokens, upper-bound-minded:
+    the forward pass's cache (every activation of every token), each activation's
+    representation at the read positions (kept for each of `checkpoints` with --training),
+    and per activation its two RDMs over the stimulus pairs, as arrays and as the report's
+    numbers (a Python float in a list, ~32 bytes), with the ranks its comparisons take; and
+    the stimulus x stimulus Gram matrices of a CKA."""
+    pairs = stimuli * (stimuli - 1) // 2
+    forward = stimuli * width * per_token_floats(cfg) * 8
+    reads = checkpoints * stimuli * per_token_floats(cfg) * 8
+    rdms = geometry_activations(cfg) * pairs * (2 * 8 + 2 * 32 + 2 * 8)
+    grams = 4 * stimuli * stimuli * 8
+    return BASE_MEMORY + 3 * cfg.n_params * 8 + forward + reads + rdms + grams
+
+
+def geometry_fit(cfg, width: int, memory: int, checkpoints: int = 1) -> int:
+    """The most stimuli of `width` tokens whose geometry fits in `memory` (0: not even 3)."""
+    lo, hi = 0, 1
+    while geometry_memory(cfg, hi, width, checkpoints) <= memory and hi < 10**7:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if geometry_memory(cfg, mid, width, checkpoints) <= memory else (lo, mid)
+    return lo if lo >= 3 else 0
+
+
 def check_memory(needed: int, what: str, hint: str, memory: int | None = None):
     """Refuse, in one line with both numbers and what would fit, work needing more than the
     machine's available memory (`memory` overrides what the machine reports)."""

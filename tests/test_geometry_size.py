@@ -1,0 +1,64 @@
+"""`flatformer geometry` estimates its memory before the forward pass (its RDMs grow with the
+square of the stimuli) and refuses in one line what the machine cannot hold, naming the
+--stimuli that would fit; and it measures the newer architectures' activations by their own
+names."""
+
+import json
+
+import pytest
+from clitools import assert_one_line_error, cli_here
+
+from conftest import make_run
+from flatformer.config import ModelConfig
+from flatformer.engine.model import hook_names
+from flatformer.errors import FlatformerError
+from flatformer.rsa.report import check_geometry_memory
+from flatformer.store.resources import geometry_activations, geometry_fit, geometry_memory
+
+
+@pytest.fixture(scope="module")
+def llama_run(tmp_path_factory):
+    """RMSNorm, rotary positions, SwiGLU and one key and value head for two query heads."""
+    return make_run(
+        tmp_path_factory.mktemp("geometry") / "run",
+        preset_name="simulator-16d",
+        steps=100,
+        candidates=1,
+        normalization="pre_rms",
+        positional_embedding_type="rotary",
+        gated_mlp=True,
+        act_fn="silu",
+        n_key_value_heads=1,
+    )
+
+
+def test_the_estimate_grows_with_the_square_of_the_stimuli_and_counts_every_head():
+    cfg = ModelConfig(d_model=16, n_heads=4, d_head=4, n_key_value_heads=2, n_ctx=8, d_vocab=12)
+    heads = {"attn.hook_q": 4, "attn.hook_k": 2, "attn.hook_v": 2, "attn.hook_z": 4}
+    assert geometry_activations(cfg) == len(hook_names(cfg)) + sum(heads.values()) - 4 + 2 * 3
+    small, large = geometry_memory(cfg, 1000, 8), geometry_memory(cfg, 10_000, 8)
+    assert large - small > 90 * (small - geometry_memory(cfg, 100, 8)) / 2
+    fit = geometry_fit(cfg, 8, small)
+    assert geometry_memory(cfg, fit, 8) <= small < geometry_memory(cfg, fit + 1, 8)
+    assert fit == 1000
+    with pytest.raises(FlatformerError) as err:
+        check_geometry_memory(cfg, (10_000, 8), memory=small)
+    message = str(err.value)
+    assert "\n" not in message and "--stimuli FILE of at most 1,000 prompts" in message
+    check_geometry_memory(cfg, (1000, 8), memory=small)  # what fits passes
+
+
+def test_a_geometry_too_large_for_the_machine_is_refused_in_one_line(llama_run, tmp_path):
+    lines = [f"{i % 11} {i // 11 % 11} + {i // 121 % 11}" for i in range(60_000)]
+    (tmp_path / "stimuli.txt").write_text("\n".join(lines) + "\n")
+    result = cli_here("geometry", llama_run, "--stimuli", tmp_path / "stimuli.txt")
+    assert_one_line_error(result, "geometry on 60,000 stimuli", "--stimuli FILE of at most")
+
+
+def test_the_newer_architectures_activations_are_measured(llama_run):
+    result = cli_here("geometry", llama_run, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    names = report["activations"]
+    assert "blocks.0.attn.hook_rot_q.h1" in names and "blocks.0.mlp.hook_pre_linear" in names
+    assert "hook_pos_embed" not in names and "blocks.0.attn.hook_k.h1" not in names
