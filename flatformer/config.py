@@ -350,16 +350,6 @@ def attn_weight(cfg: ModelConfig, w: str, kind: str = "W") -> str:
     return f"attn.{under}{kind}_{w}"
 
 
-def require_classic(cfg: ModelConfig, what: str) -> None:
-    """One line refusing a model with features beyond the classic GPT-2 block (RMSNorm, rotary
-    positions, ...) where `what` computes only that block."""
-    features = cfg.newer_features()
-    if features:
-        raise FlatformerError(
-            f"{what} computes the classic GPT-2 block only; this model has {', '.join(features)}"
-        )
-
-
 def require_causal(cfg: ModelConfig, what: str) -> None:
     """One line refusing a model that attends to every key (causal: false, as compiled RASP
     programs do) where `what` computes causal attention only."""
