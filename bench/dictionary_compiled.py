@@ -92,7 +92,9 @@ def main() -> int:
             squeezed = compress(compiled, batches, width, COMPRESS_STEPS)
             squeezed.validation = validate(program, squeezed.compressed)
             folder = Path(tmp) / name
-            write_compiled_run(program, compiled, validate(program, compiled), name, folder, squeezed)
+            write_compiled_run(
+                program, compiled, validate(program, compiled), name, folder, squeezed
+            )
             run = load_run(folder)
             hook = f"blocks.{run.cfg.n_layers - 1}.hook_resid_post"
             kept = squeezed.validation_record()["input_accuracy"]
