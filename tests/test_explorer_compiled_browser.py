@@ -124,3 +124,17 @@ def test_the_page_opens_on_a_program_input_read_after_bos(reverse_page):
     assert export_run(run.path, prompt="BOS 3 1")["demo"] == [0, 3, 1]
     data = export_run(run.path)
     assert data["vocab_out"] == ["1", "2", "3"] and "position i + 1" in data["program"]
+
+
+def test_the_streams_columns_are_named_by_their_variables(chromium, reverse_page):
+    """Every residual direction of a compiled run is a variable's value: the stream's maps
+    name their columns so, and a page of a model not trained here shows no empty curve."""
+    run, path = reverse_page
+    names = run.config["imported"]["rasp"]["residual"]
+    with visit(chromium, path) as page:
+        for hook in ("hook_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_attn_out"):
+            columns = page.eval_on_selector_all(
+                f'figure[data-hook="{hook}"] .col-labels > *', "els => els.map(e => e.title)"
+            )
+            assert columns == names
+        assert "length:3" in names and page.locator("#curve").count() == 0

@@ -278,6 +278,8 @@ def export_run(
         vocab_out=run.vocab_out,
         program=PROGRAM_NOTE if compiled else None,
     )
+    if compiled:
+        data["residual"] = stream_names(run)
     if compiled:  # its circuit is known by construction: no search
         circuit = program_circuit(run, step)
     else:
@@ -295,6 +297,19 @@ def export_run(
     if task_name == "induction":
         data["induction"] = induction_scores(run.cfg, checkpoints)
     return data
+
+
+def stream_names(run) -> list[str] | None:
+    """Each residual direction of a compiled run by its variable and value ("length:3"), as
+    the page labels the stream's columns; None where the stream was compressed (a direction is
+    then a mix of them) or the record does not fit the model."""
+    imported = run.config.get("imported") or {}
+    names = (imported.get("rasp") or {}).get("residual")
+    if imported.get("compression") or not isinstance(names, list):
+        return None
+    if len(names) != run.cfg.d_model or not all(isinstance(n, str) for n in names):
+        return None
+    return names
 
 
 # A compiled program's run contract (flatformer.rasp.run), as the page states it.

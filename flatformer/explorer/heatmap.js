@@ -112,13 +112,17 @@ Views.Heatmap = (() => {
 
     build(rows, cols) {
       const cell = this.opts.cell, step = cell + GAP;
-      const every = cell < 20 ? 4 : 1;   // narrow cells: label every fourth column only
+      // Names (a compiled program's directions, "length:3") stand upright over every column;
+      // numbered narrow columns are labelled every fourth.
+      const named = cols.some((l) => typeof l === "string" && !/^\d+$/.test(l));
+      const every = cell < 20 && !named ? 4 : 1;
       clear(this.colLabels);
       clear(this.rowLabels);
       cols.forEach((label, j) => {
         if (j % every) return;
         const span = Math.min(every, cols.length - j) * step;
-        this.colLabels.appendChild(labelNode(label, "col-label" + (every > 1 ? " left" : ""), {width: `${span}px`}));
+        const cls = "col-label" + (named ? " upright" : every > 1 ? " left" : "");
+        this.colLabels.appendChild(labelNode(label, cls, {width: `${span}px`}));
       });
       rows.forEach((label) => this.rowLabels.appendChild(labelNode(label, "row-label", {height: `${step}px`})));
       const dpr = window.devicePixelRatio || 1, w = cols.length * step - GAP, hgt = rows.length * step - GAP;

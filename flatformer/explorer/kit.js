@@ -21,6 +21,11 @@ Panels.kit = (ctx) => {
   const outputsOf = (logits) => (ctx.DATA.program ? logits.slice(1) : logits).map((r) => wordOut(top(r)));
   const posLabels = (seq) => seq.map((t, i) => ({text: word(t), pos: i}));
   const dims = (n) => Array.from({length: n}, (_, i) => String(i));
+  // The residual stream's columns: a compiled program's named directions ("length:3", cut as
+  // every label is), else their numbers.
+  const residual = ctx.DATA.residual && ctx.DATA.residual.length === cfg.d_model
+    ? ctx.DATA.residual.map((n) => Views.cut(n, FlatConstants.MAX_LABEL)) : null;
+  const stream = () => residual || dims(cfg.d_model);
   const SHAPES = {
     resid: (T) => [[1, T, cfg.d_model], "batch, pos, d_model"],
     head: (T) => [[1, T, H, cfg.d_head], "batch, pos, head_index, d_head"],
@@ -58,5 +63,5 @@ Panels.kit = (ctx) => {
   }
 
 
-  return {word, wordOut, top, outputsOf, posLabels, dims, SHAPES, heat, show, section, row, num, svg};
+  return {word, wordOut, top, outputsOf, posLabels, dims, stream, SHAPES, heat, show, section, row, num, svg};
 };

@@ -4,7 +4,7 @@
 
 Panels.blocks = (ctx) => {
   const {h, clear, fmt, Plane, tokenCss} = Views;
-  const {DATA, M, cfg, vocab, V, L, H, word, posLabels, dims, SHAPES, heat, show, section, row, num} = ctx;
+  const {DATA, M, cfg, vocab, V, L, H, word, posLabels, dims, stream, SHAPES, heat, show, section, row, num} = ctx;
   const geometry = ctx.geometry;
   const rotary = M.rotary(cfg), normName = M.rms(cfg) ? "RMSNorm" : "LayerNorm", short = M.shortformer(cfg);
   const group = H / M.kvHeads(cfg);   // query heads per key and value head (grouped-query attention)
@@ -38,11 +38,11 @@ Panels.blocks = (ctx) => {
       if (phaseBox) phaseBox.firstChild.checked = ctx.state.phase;
       const w = c.model.w, d = cfg.d_model, seq = c.seq, rows = posLabels(seq);
       const mat = (data, n) => Array.from({length: n}, (_, i) => Array.from(data.subarray(i * d, i * d + d)));
-      WE.update(mat(w["embed.W_E"].data, V), vocab, dims(d), {shape: [V, d], axes: "d_vocab, d_model"});
-      if (WP) WP.update(mat(w["pos_embed.W_pos"].data, cfg.n_ctx), dims(cfg.n_ctx), dims(d), {shape: [cfg.n_ctx, d], axes: "n_ctx, d_model"});
-      show(X, c.run.cache["hook_embed"], rows, dims(d), "resid");
-      if (P) show(P, c.run.cache["hook_pos_embed"], rows, dims(d), "resid", {dim: ctx.state.pos});
-      show(E, c.run.cache["blocks.0.hook_resid_pre"], rows, dims(d), "resid");
+      WE.update(mat(w["embed.W_E"].data, V), vocab, stream(), {shape: [V, d], axes: "d_vocab, d_model"});
+      if (WP) WP.update(mat(w["pos_embed.W_pos"].data, cfg.n_ctx), dims(cfg.n_ctx), stream(), {shape: [cfg.n_ctx, d], axes: "n_ctx, d_model"});
+      show(X, c.run.cache["hook_embed"], rows, stream(), "resid");
+      if (P) show(P, c.run.cache["hook_pos_embed"], rows, stream(), "resid", {dim: ctx.state.pos});
+      show(E, c.run.cache["blocks.0.hook_resid_pre"], rows, stream(), "resid");
       geometry.embedPlanes(c, planes);
     }};
   }
@@ -89,7 +89,7 @@ Panels.blocks = (ctx) => {
       row(out.el, ...(mid ? [mid.el] : []), qk.el, h("div", {class: "fig-note qk-note", id: `qk-note-${l}`})));
     return {el, update(c) {
       const rows = posLabels(c.seq), T = c.T, cache = c.run.cache;
-      if (ln) show(ln, cache[b + "ln1.hook_normalized"], rows, dims(cfg.d_model), "resid");
+      if (ln) show(ln, cache[b + "ln1.hook_normalized"], rows, stream(), "resid");
       const sel = c.cell.l === l ? c.cell : null;
       heads.forEach((card, hd) => {
         const off = ctx.state.off.includes(`${l}.${hd}`);
@@ -108,8 +108,8 @@ Panels.blocks = (ctx) => {
         card.el.classList.toggle("off", off);
         ctx.showHeadScores(card.headScores, l, hd);
       });
-      show(out, cache[b + "hook_attn_out"], rows, dims(cfg.d_model), "resid");
-      if (mid) show(mid, cache[midHook], rows, dims(cfg.d_model), "resid");
+      show(out, cache[b + "hook_attn_out"], rows, stream(), "resid");
+      if (mid) show(mid, cache[midHook], rows, stream(), "resid");
       arith.style.display = sel ? "" : "none";
       if (sel) drawArithmetic(arith, c, sel);
       geometry.qkPlane(qk, c, l, sel ? sel.h : 0, sel ? sel.q : T - 1);
@@ -181,15 +181,15 @@ Panels.blocks = (ctx) => {
     if (planes) el.append(h("h3", {}, "Geometry ", zoom), row(planes.argmax.el, planes.entropy.el), h("p", {class: "fig-note wide", id: "landscape-note"}));
     return {el, update(c) {
       const rows = posLabels(c.seq), cache = c.run.cache;
-      if (ln) show(ln, cache[b + "ln2.hook_normalized"], rows, dims(cfg.d_model), "resid");
+      if (ln) show(ln, cache[b + "ln2.hook_normalized"], rows, stream(), "resid");
       show(pre, cache[b + "mlp.hook_pre"], rows, dims(cfg.d_mlp), "mlp");
       if (linear) show(linear, cache[b + "mlp.hook_pre_linear"], rows, dims(cfg.d_mlp), "mlp");
       if (mid) show(mid, cache[b + "mlp.hook_mid"], rows, dims(cfg.d_mlp), "mlp");
       if (midLn) show(midLn, cache[b + "mlp.ln.hook_normalized"], rows, dims(cfg.d_mlp), "mlp");
       show(post, cache[b + "mlp.hook_post"], rows, dims(cfg.d_mlp), "mlp");
       const off = ctx.state.mlp.includes(l);
-      show(out, cache[b + "hook_mlp_out"], rows, dims(cfg.d_model), "resid", {dim: off});
-      show(resid, cache[b + "hook_resid_post"], rows, dims(cfg.d_model), "resid");
+      show(out, cache[b + "hook_mlp_out"], rows, stream(), "resid", {dim: off});
+      show(resid, cache[b + "hook_resid_post"], rows, stream(), "resid");
       if (planes) {
         zoom.firstChild.checked = ctx.state.zoom;
         geometry.landscape(planes, c);

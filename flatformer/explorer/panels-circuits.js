@@ -5,7 +5,7 @@
 
 Panels.circuits = (ctx) => {
   const {h, clear, fmt, Plane, tokenCss} = Views;
-  const {DATA, M, cfg, vocab, V, L, H, word, posLabels, dims, SHAPES, heat, show, section, row, num, svg} = ctx;
+  const {DATA, M, cfg, vocab, V, L, H, word, posLabels, dims, stream, SHAPES, heat, show, section, row, num, svg} = ctx;
   const memo = ctx.memo, EDGES = ctx.EDGES;
 
   // ---- Circuits ----
@@ -29,9 +29,9 @@ Panels.circuits = (ctx) => {
     function drawCard(card, c) {
       const circ = memo(`circ:${ctx.state.step}:${card.l}:${card.hd}`, () => M.circuits(c.model, card.l, card.hd, k));
       const d = cfg.d_model;
-      card.qkMap.update(circ.QK.matrix, dims(d), dims(d), {shape: [d, d], axes: "d_model (query side), d_model (key side)"});
+      card.qkMap.update(circ.QK.matrix, stream(), stream(), {shape: [d, d], axes: "d_model (query side), d_model (key side)"});
       const ovCols = circ.OV.matrix[0].length;
-      card.ovMap.update(circ.OV.matrix, dims(d), dims(ovCols), {shape: [d, ovCols], axes: cfg.attn_out ? "d_model (read), d_model (written)" : "d_model (read), d_head (written)"});
+      card.ovMap.update(circ.OV.matrix, stream(), cfg.attn_out ? stream() : dims(ovCols), {shape: [d, ovCols], axes: cfg.attn_out ? "d_model (read), d_model (written)" : "d_model (read), d_head (written)"});
       for (const key of ["QK", "OV"]) {
         const {s, k, topK} = circ[key], box = card.sv[key];
         clear(box);

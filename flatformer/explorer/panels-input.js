@@ -78,10 +78,11 @@ Panels.input = (ctx) => {
         DATA.input_note ? h("div", {class: "fig-note", id: "seq-note"}, DATA.input_note) : null,
         h("div", {class: "sub"}, "Vocabulary: click to append"),
         palette),
-      h("div", {class: "input-side"},
+      // A model not trained here (imported, compiled) has no curve: no empty panel for it.
+      DATA.metrics.step.length ? h("div", {class: "input-side"},
         h("div", {class: "sub"}, "Training: held-out loss and rule error"),
         h("canvas", {class: "curve", id: "curve"}),
-        h("div", {class: "fig-note", id: "curve-note"})));
+        h("div", {class: "fig-note", id: "curve-note"})) : null);
     let shown = "";
     return {el, say, key: () => `${ctx.state.seq.join(".")}:${ctx.state.step}`, update(c) {
       const key = ctx.state.seq.join(".");

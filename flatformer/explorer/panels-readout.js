@@ -4,7 +4,7 @@
 
 Panels.readout = (ctx) => {
   const {h, clear, fmt, Plane, tokenCss} = Views;
-  const {DATA, M, cfg, vocab, V, L, H, word, posLabels, dims, SHAPES, heat, show, section, row, num} = ctx;
+  const {DATA, M, cfg, vocab, V, L, H, word, posLabels, dims, stream, SHAPES, heat, show, section, row, num} = ctx;
   const memo = ctx.memo;
 
   // ---- Read out ----
@@ -46,7 +46,7 @@ Panels.readout = (ctx) => {
       gen, table);
     return {el, update(c) {
       const rows = posLabels(c.seq);
-      if (lnFinal) show(lnFinal, c.run.cache["ln_final.hook_normalized"], rows, dims(cfg.d_model), "resid");
+      if (lnFinal) show(lnFinal, c.run.cache["ln_final.hook_normalized"], rows, stream(), "resid");
       show(logits, c.run.logits, rows, ctx.vocabOut, "logits");
       show(probs, c.run.logits.map((r) => M.softmax(r)), rows, ctx.vocabOut, "logits", {limit: 1});
       temp.value = Math.log10(ctx.state.temp); tempOut.textContent = `${ctx.state.temp}`;
@@ -130,7 +130,7 @@ Panels.readout = (ctx) => {
     el.append(lnFinal ? row(lnFinal.el) : "", row(logits.el, probs.el), h("h3", {}, program ? "The program's output" : "Outputs"), table);
     return {el, update(c) {
       const rows = posLabels(c.seq);
-      if (lnFinal) show(lnFinal, c.run.cache["ln_final.hook_normalized"], rows, dims(cfg.d_model), "resid");
+      if (lnFinal) show(lnFinal, c.run.cache["ln_final.hook_normalized"], rows, stream(), "resid");
       show(logits, c.run.logits, rows, ctx.vocabOut, "logits");
       show(probs, c.run.logits.map((r) => M.softmax(r)), rows, ctx.vocabOut, "logits", {limit: 1});
       clear(table);
