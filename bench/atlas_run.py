@@ -3,13 +3,16 @@
     python bench/atlas_run.py [--atlas examples/atlas.toml] [--out runs/atlas-bench] [--workers 2]
     python bench/atlas_run.py --out DIR --time-log LOG    # an atlas already run under
                                                           # `/usr/bin/time -v flatformer atlas ...`
+    python bench/atlas_run.py --ray                       # then the same atlas on local Ray
 
 Runs `flatformer atlas` on the example atlas (50 drawn configurations x 4 seeds, p = 23,
 d_model 32 or 48, 1,000 steps; examples/atlas.toml) in a subprocess with one BLAS thread per
 process, and counts its CPU time (the command and its worker processes) and wall time. Or, with
 --time-log, reads both from GNU time's report of the same command run earlier. Then prints runs
 per core-hour and the diagram's counts: per bin of attn_coeff and width, each mechanism's runs,
-with the median gradient symmetricity and distance irrelevance.
+with the median gradient symmetricity and distance irrelevance. With --ray, the same atlas file
+runs again with `--ray auto` (a local Ray instance of --workers CPUs) into OUT-ray, timed the
+same way, and its table is compared with the local one, every column but the times.
 """
 
 from __future__ import annotations
@@ -33,24 +36,18 @@ from flatformer.store.read import read_text  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(atlas: Path, out: Path, workers: int) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of `flatformer atlas` in a subprocess."""
+TIMES = ("job_seconds", "job_cpu_seconds")
+
+
+def run(atlas: Path, out: Path, workers: int, ray: bool = False) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of `flatformer atlas` in a subprocess (on a local Ray
+    instance with `ray`: its workers are the command's children too)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
+    where = ["--ray", "auto"] if ray else []
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flatformer",
-            "atlas",
-            str(atlas),
-            "--out",
-            str(out),
-            "--workers",
-            str(workers),
-            "--y",
-            "d_model",
-        ],
+        [sys.executable, "-m", "flatformer", "atlas", str(atlas), "--out", str(out)]
+        + ["--workers", str(workers), "--y", "d_model", *where],
         check=True,
         env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
     )
@@ -77,12 +74,17 @@ def main():
     parser.add_argument("--out", type=Path, default=Path("runs") / "atlas-bench")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--time-log", type=Path)
+    parser.add_argument("--ray", action="store_true", help="then the same on local Ray")
     args = parser.parse_args()
     load = os.getloadavg()
     cpu, wall = (
         from_time_log(args.time_log) if args.time_log else run(args.atlas, args.out, args.workers)
     )
     rows = read_atlas(args.out / "results.csv")
+    if args.ray:
+        ray_out = args.out.with_name(args.out.name + "-ray")
+        ray_cpu, ray_wall = run(args.atlas, ray_out, args.workers, ray=True)
+        ray_rows = read_atlas(ray_out / "results.csv")
     with record(__file__, "An atlas of 200 runs on this machine"):
         print(f"atlas: {args.atlas.name}, {len(rows)} runs ({len({r['job'] for r in rows})} jobs)")
         print(
@@ -94,6 +96,20 @@ def main():
             f"load average {'at the start' if not args.time_log else 'now'}: "
             f"{', '.join(f'{x:.1f}' for x in load)} (on {os.cpu_count()} cores)"
         )
+        if args.ray:
+
+            def untimed(table):
+                return sorted(
+                    [{k: v for k, v in r.items() if k not in TIMES} for r in table],
+                    key=lambda r: (r["job"], r["seed"]),
+                )
+
+            print(
+                f"the same on local Ray ({args.workers} CPUs): {ray_wall / 60:.1f} min wall, "
+                f"{ray_cpu / 60:.1f} CPU-min, {len(ray_rows) / (ray_cpu / 3600):.0f} runs per "
+                f"core-hour; table equal to the local one (every column but the times): "
+                f"{untimed(ray_rows) == untimed(rows)}"
+            )
         diagram = phase_diagram(rows, "attn_coeff", "d_model", bins=5)
         counts = diagram["counts"]
         print("\nruns per mechanism (clock/pizza/other) by attn_coeff bin, for each d_model")
