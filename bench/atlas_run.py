@@ -83,8 +83,11 @@ def main():
     rows = read_atlas(args.out / "results.csv")
     if args.ray:
         ray_out = args.out.with_name(args.out.name + "-ray")
-        ray_cpu, ray_wall = run(args.atlas, ray_out, args.workers, ray=True)
+        _, ray_wall = run(args.atlas, ray_out, args.workers, ray=True)
         ray_rows = read_atlas(ray_out / "results.csv")
+        # Ray's workers are the raylet's children, not this process's: their CPU is the jobs'
+        # own, as each job measured it (one value per job).
+        ray_cpu = sum({r["job"]: r["job_cpu_seconds"] for r in ray_rows}.values())
     with record(__file__, "An atlas of 200 runs on this machine"):
         print(f"atlas: {args.atlas.name}, {len(rows)} runs ({len({r['job'] for r in rows})} jobs)")
         print(
@@ -106,8 +109,8 @@ def main():
 
             print(
                 f"the same on local Ray ({args.workers} CPUs): {ray_wall / 60:.1f} min wall, "
-                f"{ray_cpu / 60:.1f} CPU-min, {len(ray_rows) / (ray_cpu / 3600):.0f} runs per "
-                f"core-hour; table equal to the local one (every column but the times): "
+                f"{ray_cpu / 60:.1f} CPU-min in the jobs, {len(ray_rows) / (ray_cpu / 3600):.0f} "
+                f"runs per core-hour; table equal to the local one (every column but the times): "
                 f"{untimed(ray_rows) == untimed(rows)}"
             )
         diagram = phase_diagram(rows, "attn_coeff", "d_model", bins=5)
