@@ -23,8 +23,9 @@ Panels.kit = (ctx) => {
   const dims = (n) => Array.from({length: n}, (_, i) => String(i));
   // The residual stream's columns: a compiled program's named directions ("length:3", cut as
   // every label is), else their numbers.
-  const residual = ctx.DATA.residual && ctx.DATA.residual.length === cfg.d_model
-    ? ctx.DATA.residual.map((n) => Views.cut(n, FlatConstants.MAX_LABEL)) : null;
+  const names = ctx.DATA && ctx.DATA.residual;  // a page without DATA (dashboards) has none
+  const residual = names && names.length === cfg.d_model
+    ? names.map((n) => Views.cut(n, FlatConstants.MAX_LABEL)) : null;
   const stream = () => residual || dims(cfg.d_model);
   const SHAPES = {
     resid: (T) => [[1, T, cfg.d_model], "batch, pos, d_model"],
