@@ -242,12 +242,12 @@ def test_a_long_context_is_cut_to_the_engines_and_said(tmp_path):
     assert any("32768" in c for c in imported.provenance["changes"])
 
 
-def test_every_command_computes_the_model_or_refuses_it_in_one_line(tmp_path):
-    """eval, generate, circuits and explore compute the model (the edge graph and the page are
-    held to the engine in test_edges_architectures.py and test_page_architectures.py); the
-    views built on the classic block say which features they lack, and never show a
-    traceback."""
-    from clitools import assert_one_line_error, cli_here
+def test_every_command_computes_the_model(tmp_path):
+    """Every view opens an imported Llama-style model: eval, generate, circuits, explore,
+    analyze, figures, geometry and graph (the numbers each shows are held to the engine in
+    test_edges_architectures.py, test_page_architectures.py, test_views_architectures.py and
+    test_graph_architectures.py)."""
+    from clitools import cli_here
 
     build("llama").save_pretrained(tmp_path / "m")
     (tmp_path / "corpus.txt").write_text(" ".join(str(i % V) for i in range(200)))
@@ -270,4 +270,5 @@ def test_every_command_computes_the_model_or_refuses_it_in_one_line(tmp_path):
         ["geometry", run],
         ["graph", run, "--prompt", "1 2 3", "--out", tmp_path / "graph"],
     ):
-        assert_one_line_error(cli_here(*command), "classic GPT-2 block", "rotary positions")
+        done = cli_here(*command)
+        assert done.returncode == 0, done.stderr
