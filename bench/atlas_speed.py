@@ -59,8 +59,8 @@ lr = 0.001
 weight_decay = 2.0
 betas = [0.9, 0.98]
 steps = {steps}
-checkpoint_every = {steps}
-eval_every = {steps}
+checkpoint_every = {checkpoint_every}
+eval_every = {eval_every}
 """
 OVERRIDES = dict(
     p=59,
@@ -200,7 +200,14 @@ def main():
     with record(__file__, title), tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         spec = folder / "paper.toml"
-        spec.write_text(SPEC.format(seeds=args.seeds, steps=args.steps))
+        spec.write_text(
+            SPEC.format(
+                seeds=args.seeds,
+                steps=args.steps,
+                checkpoint_every=args.steps,
+                eval_every=args.steps,
+            )
+        )
         print(
             f"spec: p 59, d_model 128, 4 heads, d_mlp 512, 1 layer, full batch; attn_coeff 0 and "
             f"1 x seeds {args.seeds} = {runs} runs of {args.steps} steps (shortened from "
