@@ -5,9 +5,7 @@ layers): exact as the classic block's (test_graph.check_exact, float64, 1e-9), t
 summing to every score, and the graph page's JavaScript recompute of every link equal to
 Python's under node."""
 
-import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,7 @@ from flatformer.graph.prune import prune
 from flatformer.graph.qk import qk_terms
 from test_architectures import ARCHITECTURES, BASE
 from test_graph import TOL, check_exact, random_transcoders
+from test_graph_view_node import recompute_under_node
 from test_views_architectures import random_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,17 +65,7 @@ def test_the_pages_recompute_of_every_link_equals_python_under_node(tmp_path):
         )  # fmt: skip
         assert len(doc["links"]) >= 10
         cases[name] = {"doc": doc}
-    path = tmp_path / "graphs.json"
-    path.write_text(json.dumps(cases), encoding="utf-8")
-    result = subprocess.run(
-        [NODE, "--test", str(ROOT / "tests" / "js" / "graph.test.js")],
-        capture_output=True,
-        text=True,
-        env={"GRAPH_FIXTURE": str(path), "PATH": "/usr/bin:/bin"},
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"# pass {len(cases) + 2}" in result.stdout, result.stdout
+    recompute_under_node(cases, tmp_path)
 
 
 def test_rmsnorm_with_its_own_scale_given_is_rmsnorm_and_linear():
