@@ -91,7 +91,7 @@ def test_a_figures_job_too_large_is_refused_naming_the_jobs_that_fit():
 
 
 def test_the_estimates_forward_pass_is_the_one_the_figures_make():
-    from flatformer.readout.points import PASS_BYTES
-    from flatformer.store.resources import FIGURE_PASS
+    from flatformer.readout import points
+    from flatformer.store import resources
 
-    assert PASS_BYTES == FIGURE_PASS
+    assert points.rows_per_pass is resources.rows_per_pass

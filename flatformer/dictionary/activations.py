@@ -12,7 +12,6 @@ from ..errors import FlatformerError
 NOT_PER_TOKEN = ("hook_pattern", "hook_attn_scores")
 MAX_TOKENS = 50_000  # training tokens held in memory: 50,000 x d_model float64
 MAX_EVAL_TOKENS = 100_000  # held-out tokens scored (every held-out window of a small model)
-PASS_BYTES = 256 * 2**20  # one forward pass's cache, every activation kept
 
 
 def windows(run, n_train: int = 2000) -> dict:
@@ -74,11 +73,11 @@ def transcoder_hooks(model, name: str) -> tuple[str, str]:
 def read(model, tokens: np.ndarray, names: list[str], batch: int = 256) -> dict[str, np.ndarray]:
     """Each named activation on `tokens` (B, T) as (B * T, d): the token's vector, heads
     concatenated for a per-head hook (SAELens's `hook_z` reshaping). At most `batch` windows
-    a pass, fewer where their every activation would pass PASS_BYTES (a long context)."""
-    from ..store.resources import per_token_floats
+    a pass, fewer where their every activation would pass the store's PASS_BYTES (a long
+    context)."""
+    from ..store.resources import rows_per_pass
 
-    width = max(1, np.shape(tokens)[-1])
-    batch = max(1, min(batch, PASS_BYTES // (width * per_token_floats(model.cfg) * 8)))
+    batch = min(batch, rows_per_pass(model.cfg, np.shape(tokens)[-1]))
     out = {n: [] for n in names}
     for i in range(0, len(tokens), batch):
         _, cache = model.run_with_cache(tokens[i : i + batch])

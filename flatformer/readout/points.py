@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ModelConfig, attn_weight
+from ..store.resources import PASS_BYTES, rows_per_pass  # noqa: F401  (readout names them too)
 from ..engine.components import repeat_kv
 from ..model.transformer import Transformer
 from .plane import Field, Plane, fit_plane, grid
@@ -70,18 +71,6 @@ def head_weight(model: Transformer, letter: str, head: int, layer: int = 0) -> n
     cfg = model.cfg
     kv = head // (cfg.n_heads // cfg.n_kv_heads) if letter in "KV" else head
     return model.tensors[f"blocks.{layer}." + attn_weight(cfg, letter)][kv]
-
-
-PASS_BYTES = 256 * 2**20  # a forward pass's cache when only some points are wanted (resources
-# .FIGURE_PASS counts it in the figures' estimate; a test holds them equal)
-
-
-def rows_per_pass(cfg: ModelConfig, width: int, budget: int = PASS_BYTES) -> int:
-    """Sequences of `width` tokens one forward pass may take within `budget` bytes of cache
-    (every activation is kept), at least one."""
-    from ..store.resources import per_token_floats
-
-    return max(1, budget // (width * per_token_floats(cfg) * 8))
 
 
 def some_points(model: Transformer, tokens, positions) -> dict[str, np.ndarray]:

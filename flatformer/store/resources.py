@@ -197,7 +197,14 @@ def grid_bytes(cfg, resolution: int) -> int:
     return resolution**2 * (cfg.d_vocab + 8) * 8 * 2
 
 
-FIGURE_PASS = 256 * 2**20  # readout.points.PASS_BYTES: a figure's forward pass, few rows at a time
+PASS_BYTES = 256 * 2**20  # a forward pass's cache when only some positions are read
+
+
+def rows_per_pass(cfg, width: int, budget: int = PASS_BYTES) -> int:
+    """Sequences of `width` tokens one forward pass may take within `budget` bytes of cache
+    (every activation is kept), at least one: how the views that read a few positions of
+    many sequences (figures, geometry, dictionaries) batch their passes."""
+    return max(1, budget // (max(width, 1) * per_token_floats(cfg) * 8))
 
 
 def figures_memory(cfg, jobs: int, resolution: int = 200) -> int:
@@ -205,7 +212,7 @@ def figures_memory(cfg, jobs: int, resolution: int = 200) -> int:
     forward pass (its cache: a few sequences, at least one of n_ctx tokens) computed before
     forking (shared), then each drawing process's own figure, landscape and forward pass."""
     grid = grid_bytes(cfg, resolution) if cfg.d_model == 2 else 0
-    forward = max(FIGURE_PASS, cfg.n_ctx * per_token_floats(cfg) * 8)
+    forward = max(PASS_BYTES, cfg.n_ctx * per_token_floats(cfg) * 8)
     shared = 3 * cfg.n_params * 8 + grid + forward
     return BASE_MEMORY + shared + jobs * (RENDER_PROCESS + grid + forward)
 
@@ -244,13 +251,13 @@ def geometry_activations(cfg) -> int:
 
 def geometry_memory(cfg, stimuli: int, width: int, checkpoints: int = 1) -> int:
     """Peak bytes of `geometry` on `stimuli` prompts of `width` tokens, upper-bound-minded:
-    the forward pass's cache (every activation of every token), each activation's
+    one forward pass's cache (every activation of every token of `rows_per_pass` stimuli), each activation's
     representation at the read positions (kept for each of `checkpoints` with --training),
     and per activation its two RDMs over the stimulus pairs, as arrays and as the report's
     numbers (a Python float in a list, ~32 bytes), with the ranks its comparisons take; and
     the stimulus x stimulus Gram matrices of a CKA."""
     pairs = stimuli * (stimuli - 1) // 2
-    forward = stimuli * width * per_token_floats(cfg) * 8
+    forward = min(stimuli, rows_per_pass(cfg, width)) * width * per_token_floats(cfg) * 8
     reads = checkpoints * stimuli * per_token_floats(cfg) * 8
     rdms = geometry_activations(cfg) * pairs * (2 * 8 + 2 * 32 + 2 * 8)
     grams = 4 * stimuli * stimuli * 8
