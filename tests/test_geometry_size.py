@@ -62,3 +62,23 @@ def test_the_newer_architectures_activations_are_measured(llama_run):
     names = report["activations"]
     assert "blocks.0.attn.hook_rot_q.h1" in names and "blocks.0.mlp.hook_pre_linear" in names
     assert "hook_pos_embed" not in names and "blocks.0.attn.hook_k.h1" not in names
+
+
+def test_stimuli_read_a_few_at_a_time_give_the_numbers_of_one_pass(llama_run, monkeypatch):
+    """A long context's stimuli run a few a pass, keeping only their read positions: the same
+    representations as every stimulus at once."""
+    import numpy as np
+
+    from flatformer.rsa.stimuli import representations
+    from flatformer.store.runs import load_run
+
+    model = load_run(llama_run).model()
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, model.cfg.d_vocab, (7, model.cfg.n_ctx))
+    read = rng.integers(0, model.cfg.n_ctx, 7)
+    whole = representations(model, tokens, read)
+    monkeypatch.setattr("flatformer.store.resources.rows_per_pass", lambda cfg, width: 2)
+    parts = representations(model, tokens, read)
+    assert list(parts) == list(whole)
+    for name in whole:
+        np.testing.assert_allclose(parts[name], whole[name], rtol=0, atol=1e-12)
