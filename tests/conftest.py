@@ -94,7 +94,7 @@ SLOW_TESTS = {
     },
     "test_playground": {"test_playground_command_writes_one_offline_page"},
     "test_tasks": {"test_analyze_default_prompts_cover_an_ordered_held_out_set"},
-    "test_views_architectures": {
+    "test_views_architectures_draw": {
         "test_every_figure_is_drawn_or_skipped_with_a_reason",
         "test_every_movie_is_written_or_skipped_with_a_reason",
     },
@@ -270,4 +270,34 @@ def grokking_seeds(tmp_path_factory):
         recipe="grokking",
         seeds="0-2",
         **GROKKING_SETS,
+    )
+
+
+# Plane (d_model 2) runs of the newer architectures, whose every figure and movie is drawn
+# (test_views_architectures_draw.py) and whose views are held to their hooks
+# (test_views_architectures.py).
+PLANE = dict(d_mlp=8, attn_out=True, ln_final=True)
+RUNS = {
+    # Llama-like: RMSNorm, rotary, SwiGLU, two query heads sharing one key and value head
+    "llama": dict(
+        PLANE, normalization="pre_rms", eps=1e-6, positional_embedding_type="rotary",
+        gated_mlp=True, act_fn="silu", n_heads=2, d_head=2, n_key_value_heads=1,
+        unembed_bias=False,
+    ),
+    # GPT-NeoX-like: LayerNorm, rotary, attention and the MLP in parallel
+    "neox": dict(
+        PLANE, normalization="pre_ln", positional_embedding_type="rotary",
+        parallel_attn_mlp=True, act_fn="gelu_erf", qkv_bias=True, attn_out_bias=True,
+    ),
+    # SoLU with its LayerNorm over the neurons
+    "solu": dict(PLANE, normalization="pre_ln", act_fn="solu_ln"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=list(RUNS))
+def plane_run(request, tmp_path_factory):
+    """A d_model 2 model of the architecture, 300 steps of the paper's task (4 checkpoints)."""
+    folder = tmp_path_factory.mktemp(request.param) / "run"
+    return request.param, make_run(
+        folder, preset_name="paper-2d", steps=300, candidates=1, **RUNS[request.param]
     )

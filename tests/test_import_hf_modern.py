@@ -266,7 +266,9 @@ def test_every_command_computes_the_model(tmp_path):
     assert page.returncode == 0 and (tmp_path / "page.html").stat().st_size > 10_000, page.stderr
     for command in (
         ["analyze", run],
-        ["figures", run, "--out", tmp_path / "figs"],
+        # the points and QK figures, which read the rotated queries and keys (every figure of
+        # these architectures: test_views_architectures.py)
+        ["figures", run, "--out", tmp_path / "figs", "--only", "fig05,fig07", "--jobs", "1"],
         ["geometry", run],
         ["graph", run, "--prompt", "1 2 3", "--out", tmp_path / "graph"],
     ):

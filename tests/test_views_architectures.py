@@ -1,19 +1,17 @@
 """The views of the newer architectures (RMSNorm, rotary and shortformer positions, gated and
 SoLU MLPs, parallel blocks, grouped keys and values): what a figure shows equals the model's
-own hooks (float64, 1e-9), and every figure and movie of a llama-like, a neox-like (rotary and
-parallel) and a SoLU run is written or skipped with a reason."""
+own hooks (float64, 1e-9). Every figure and movie of their runs is drawn in
+test_views_architectures_draw.py (its own file, so that another worker draws them)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from conftest import make_run
+from conftest import RUNS, make_run
 from flatformer.config import ModelConfig
 from flatformer.engine.model import init_params
-from flatformer.figures import figures_for
 from flatformer.model.transformer import Transformer
-from flatformer.publish.pipeline import draw_suite, write_movies
 from flatformer.readout import NotApplicable, output_logits, projections, trace
 from flatformer.readout.points import all_points, embeddings, point_scores
 from flatformer.store.runs import load_run
@@ -83,47 +81,6 @@ def test_the_points_and_their_queries_and_keys_are_what_attention_multiplies(mod
         close(dots[finite], block.scores[finite])
 
 
-PLANE = dict(d_mlp=8, attn_out=True, ln_final=True)
-RUNS = {
-    # Llama-like: RMSNorm, rotary, SwiGLU, two query heads sharing one key and value head
-    "llama": dict(
-        PLANE, normalization="pre_rms", eps=1e-6, positional_embedding_type="rotary",
-        gated_mlp=True, act_fn="silu", n_heads=2, d_head=2, n_key_value_heads=1,
-        unembed_bias=False,
-    ),
-    # GPT-NeoX-like: LayerNorm, rotary, attention and the MLP in parallel
-    "neox": dict(
-        PLANE, normalization="pre_ln", positional_embedding_type="rotary",
-        parallel_attn_mlp=True, act_fn="gelu_erf", qkv_bias=True, attn_out_bias=True,
-    ),
-    # SoLU with its LayerNorm over the neurons
-    "solu": dict(PLANE, normalization="pre_ln", act_fn="solu_ln"),
-}  # fmt: skip
-
-
-@pytest.fixture(scope="module", params=list(RUNS))
-def plane_run(request, tmp_path_factory):
-    """A d_model 2 model of the architecture, 300 steps of the paper's task (4 checkpoints)."""
-    folder = tmp_path_factory.mktemp(request.param) / "run"
-    return request.param, make_run(
-        folder, preset_name="paper-2d", steps=300, candidates=1, **RUNS[request.param]
-    )
-
-
-def test_every_figure_is_drawn_or_skipped_with_a_reason(plane_run, tmp_path):
-    kind, path = plane_run
-    names = list(figures_for(load_run(path).task))
-    _, _, written, skipped = draw_suite(path, out_dir=tmp_path, jobs=1)
-    reasons = {m.split()[1].rstrip(":"): m for m in skipped}
-    assert {p.stem for p in written} | set(reasons) == set(names)
-    assert not {p.stem for p in written} & set(reasons)
-    if kind == "neox":  # a parallel block has no output network of the stream after attention
-        assert set(reasons) >= {"fig09_output_landscape", "fig15_trace_nudge"}
-        assert all("parallel" in m for m in reasons.values())
-    else:
-        assert not reasons, reasons
-
-
 def test_the_landscape_figure_shows_the_models_logits(plane_run):
     """A one-block plane model: the landscape at each position's resid_mid is its logits."""
     from flatformer.figures import FigureContext
@@ -137,19 +94,6 @@ def test_the_landscape_figure_shows_the_models_logits(plane_run):
         return
     close(output_logits(ctx.model, ctx.trace.blocks[0].resid_mid), logits[0])
     close(ctx.trace.blocks[0].resid_mid, cache["blocks.0.hook_resid_mid"][0])
-
-
-def test_every_movie_is_written_or_skipped_with_a_reason(plane_run, tmp_path):
-    kind, path = plane_run
-    written, skipped = write_movies(path, formats="gif", workers=1, out_dir=tmp_path)
-    assert set(written) | set(skipped) == {
-        "mov1_embeddings", "mov2_landscape", "mov3_qkv", "mov4_qk_space", "mov5_qk_attention"
-    }  # fmt: skip
-    assert all(p.exists() for paths in written.values() for p in paths)
-    if kind == "neox":
-        assert list(skipped) == ["mov2_landscape"] and "parallel" in skipped["mov2_landscape"]
-    else:
-        assert not skipped
 
 
 def test_the_logits_split_into_terms_that_sum_to_them(model):
