@@ -278,9 +278,8 @@ def export_run(
         vocab_out=run.vocab_out,
         program=PROGRAM_NOTE if compiled else None,
     )
-    if compiled:
+    if compiled:  # its stream's directions are named, its circuit known: no search
         data["residual"] = stream_names(run)
-    if compiled:  # its circuit is known by construction: no search
         circuit = program_circuit(run, step)
     else:
         circuit = circuit_export(run, step, task_data) if known else None

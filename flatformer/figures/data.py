@@ -28,6 +28,8 @@ class SequenceRows:
     status: list[np.ndarray]
     focus: str
     summary: str = ""
+    legend: dict | None = None  # status -> its name, where not the rule's (a program's values)
+    heading: str = "Training data"
 
 
 def rows_panel(ax, rows: SequenceRows):
@@ -132,6 +134,8 @@ def program_rows(ctx: FigureContext, n: int) -> SequenceRows:
         status,
         "",
         f"model differs at {wrong} of {int((targets >= 0).sum())}",
+        PROGRAM_LABELS,
+        "The program's inputs and values",
     )
 
 
@@ -140,9 +144,8 @@ def draw_training_data(rows: SequenceRows, fig=None):
     fig = new_figure(style.PAGE_WIDTH, 0.32 * len(rows.tokens) + 0.55, fig)
     ax = fig.add_subplot()
     rows_panel(ax, rows)
-    program = any("→" in tok for row in rows.tokens for tok in row)
-    status_legend(ax, with_wrong=program, labels=PROGRAM_LABELS if program else None)
-    fig.suptitle("The program's inputs and values" if program else "Training data", fontsize=8)
+    status_legend(ax, with_wrong=rows.legend is not None, labels=rows.legend)
+    fig.suptitle(rows.heading, fontsize=8)
     return fig
 
 
