@@ -19,6 +19,7 @@ from flatformer.rsa import (
     spearman,
     whitened_cosine,
 )
+from flatformer.rsa.measures import similarity_matrix
 
 
 @pytest.fixture
@@ -75,6 +76,34 @@ def test_kendall_tau_a_counts_ties_as_neither():
     a, b = rng.integers(0, 6, 200).astype(float), rng.integers(0, 4, 200).astype(float)
     pairs = sum(np.sign(a[k] - a[k + 1 :]) @ np.sign(b[k] - b[k + 1 :]) for k in range(199))
     assert kendall_tau_a(a, b) == pytest.approx(pairs / (200 * 199 / 2), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("measure", "pair"),
+    [
+        ("cka", linear_cka),
+        ("cka-rbf", rbf_cka),
+        ("procrustes", procrustes_distance),
+        ("tau-a", kendall_tau_a),
+        ("spearman", spearman),
+    ],
+)
+def test_every_pair_at_once_equals_each_pair(rng, measure, pair):
+    """The report's matrices (features computed once per activation) equal the published
+    definitions pair by pair, on widths below, at and above the stimuli and on ties."""
+    mix = [rng.normal(size=(12, w)) @ rng.normal(size=(w, w)) for w in (2, 3, 12, 40)]
+    xs = [*mix, np.round(mix[1], 0), mix[2] @ ortho_group.rvs(12, random_state=2)]
+    if measure in ("tau-a", "spearman"):
+        xs = [correlation_rdm(x) for x in xs]
+    whole = similarity_matrix(xs, measure=measure)
+    diagonal = 0.0 if measure == "procrustes" else 1.0
+    expected = [[pair(a, b) if a is not b else diagonal for b in xs] for a in xs]
+    # Procrustes is an arccos: near a distance of 0 its rounding is sqrt(eps)
+    tolerance = 1e-7 if measure == "procrustes" else 1e-12
+    assert np.allclose(whole, expected, atol=tolerance, rtol=0)
+    assert np.allclose(
+        similarity_matrix(xs[:2], xs[2:], measure), np.asarray(expected)[:2, 2:], atol=tolerance
+    )
 
 
 def test_comparisons_equal_rsatoolbox(rng):

@@ -82,3 +82,47 @@ def test_stimuli_read_a_few_at_a_time_give_the_numbers_of_one_pass(llama_run, mo
     assert list(parts) == list(whole)
     for name in whole:
         np.testing.assert_allclose(parts[name], whole[name], rtol=0, atol=1e-12)
+
+
+def test_the_default_stimuli_narrowed_to_the_time_budget_and_said(llama_run, monkeypatch):
+    """Past its budget a geometry takes the first held-out windows that fit, says so, and
+    says its estimate before it starts."""
+    from flatformer.rsa import budget, report
+    from flatformer.rsa.stimuli import stimuli
+    from flatformer.store.runs import load_run
+
+    run = load_run(llama_run)
+    tokens, _, _ = stimuli(run)
+    n, width = tokens.shape
+    assert n > 40
+    monkeypatch.setattr(budget, "BUDGET_SECONDS", budget.geometry_seconds(run.cfg, 40, width))
+    monkeypatch.setattr(report, "LONG_SECONDS", 0.0)
+    fit = budget.affordable_stimuli(run.cfg, n, width)
+    assert budget.MIN_STIMULI <= fit <= 40
+    result = cli_here("geometry", llama_run, "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["stimuli"]) == fit
+    assert f"the first {fit} of {n} held-out windows" in result.stderr
+    assert f"on {fit} stimuli of {width} tokens, about" in result.stderr
+
+
+def test_the_time_estimate_grows_with_the_passes_and_the_stimuli():
+    from flatformer.rsa.budget import compare_seconds, forward_seconds, geometry_seconds
+
+    cfg = ModelConfig(d_model=64, n_heads=4, d_head=16, n_layers=2, d_mlp=256, n_ctx=64)
+    one = geometry_seconds(cfg, 96, 64)
+    assert geometry_seconds(cfg, 96, 64, passes=10) - one == pytest.approx(
+        9 * forward_seconds(cfg, 96, 64)
+    )
+    # the comparisons grow faster than the stimuli: tau-a sorts their pairs
+    assert compare_seconds(cfg, 192) > 4 * compare_seconds(cfg, 96)
+
+
+def test_a_seed_folder_too_large_for_the_machine_names_the_seeds_that_fit():
+    cfg = ModelConfig(d_model=16, n_heads=4, d_head=4, n_ctx=8, d_vocab=12)
+    three = geometry_memory(cfg, 96, 8, 3)
+    with pytest.raises(FlatformerError) as err:
+        check_geometry_memory(cfg, (96, 8), 50, memory=three, seeds=True)
+    message = str(err.value)
+    assert "\n" not in message and "geometry of 50 seeds" in message
+    assert "a folder of at most 3 seeds" in message

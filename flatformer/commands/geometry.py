@@ -14,7 +14,14 @@ from rich.text import Text
 from ..errors import FlatformerError
 from ..store.limits import strict_json
 from ..tasks.prompts import read_lines
-from .app import app, console, out
+from .app import ProgressDisplay, app, console, out
+
+STAGES = {
+    "forward": "geometry: stimuli",
+    "comparisons": "geometry: comparisons",
+    "checkpoints": "geometry: checkpoints",
+    "seeds": "geometry: seeds",
+}
 
 
 def claim_figures(folder: Path) -> Path:
@@ -148,8 +155,8 @@ def geometry(
     if noise not in NOISE_METHODS:
         raise FlatformerError(f"--noise must be one of {', '.join(NOISE_METHODS)}, got {noise!r}")
     if seeds:
-        with console.status("geometry: seeds"):
-            report = seeds_report(seed_runs(run), step, measures)
+        with ProgressDisplay(STAGES, transient=True) as progress:
+            report = seeds_report(seed_runs(run), step, measures, progress)
         if figures:
             write_figures(report, run / "geometry")
         if as_json:
@@ -163,7 +170,7 @@ def geometry(
         prompts, cut = read_lines(stimuli_file, loaded.task, loaded.cfg.n_ctx, "--stimuli")
         if cut:
             console.print(f"geometry: {cut} stimuli cut to their last {loaded.cfg.n_ctx} tokens")
-    with console.status("geometry"):
+    with ProgressDisplay(STAGES, transient=True) as progress:
         other = load_run(against) if against else None
         report = geometry_report(
             loaded,
@@ -182,6 +189,7 @@ def geometry(
                 "bootstrap": bootstrap,
                 "permutations": permutations,
             },
+            progress=progress,
         )
     if export:
         export_rdms(report, export)

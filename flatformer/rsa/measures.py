@@ -141,3 +141,100 @@ def procrustes_distance(x, y) -> float:
         return float(np.pi / 2)
     nuclear = np.linalg.svd(x.T @ y, compute_uv=False).sum()
     return float(np.arccos(np.clip(nuclear / den, -1.0, 1.0)))
+
+
+# Every pair at once. A report compares hundreds of activations (every head of every hook), so
+# the measures above, pair by pair on the units, grow with (activations x width)^2. Each is
+# rewritten on the stimuli instead: a few numbers per activation, computed once, from which
+# every pair's value is a dot product or a small SVD. The values are the same (tested equal).
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(v)
+    return v / norm if norm > 0 else v
+
+
+def _cka_feature(x, measure: str) -> np.ndarray:
+    """The centred kernel H K H, flattened to unit norm: CKA = HSIC(K, L) / sqrt(HSIC(K, K)
+    HSIC(L, L)) is then the dot product of two features (Kornblith et al. 2019, eq. 3-4).
+    Linear: K = X X^T on the column-centred X (which is H K H), and tr(K L) = ||Y^T X||_F^2,
+    eq. 5's numerator."""
+    if measure == "cka":
+        x = _centre(x)
+        return _unit((x @ x.T).ravel())
+    x = _matrix(x)
+    h = np.eye(len(x)) - 1.0 / len(x)
+    return _unit((h @ _rbf_gram(x, 0.5) @ h).ravel())
+
+
+def _procrustes_feature(x) -> np.ndarray:
+    """U S / ||X||_F of the centred X's thin SVD, without the directions it does not use (a
+    singular value below 1e-12 of the largest): the nuclear norm of X^T Y is that of
+    (U_x S_x)^T (U_y S_y), at most stimuli x stimuli whatever the widths. None for an X with
+    no variance."""
+    x = _centre(x)
+    u, s, _ = np.linalg.svd(x, full_matrices=False)
+    if not s.any():
+        return None
+    keep = s > 1e-12 * s[0]
+    return u[:, keep] * (s[keep] / np.linalg.norm(s))
+
+
+def _procrustes_matrix(xs: list, ys: list | None) -> np.ndarray:
+    """procrustes_distance between every x and every y (ys None: xs, each pair once, the upper
+    triangle filled), on their features: each x against the ys of one rank at a time, one
+    batched SVD each."""
+    fx = [_procrustes_feature(x) for x in xs]
+    fy = fx if ys is None else [_procrustes_feature(y) for y in ys]
+    m = np.full((len(fx), len(fy)), np.pi / 2)  # a representation with no variance
+    ranks = {f.shape[1] for f in fy if f is not None}
+    groups = [[k for k, f in enumerate(fy) if f is not None and f.shape[1] == r] for r in ranks]
+    for a, f in enumerate(fx):
+        if f is None:
+            continue
+        for group in groups:
+            group = group if ys is not None else [k for k in group if k > a]
+            if not group:
+                continue
+            stacked = np.stack([fy[k] for k in group])
+            nuclear = np.linalg.svd(f.T @ stacked, compute_uv=False).sum(-1)
+            m[a, group] = np.arccos(np.clip(nuclear, -1.0, 1.0))
+    return m
+
+
+def _symmetric(m: np.ndarray, diagonal: float) -> np.ndarray:
+    """Each pair's two roundings made one, and every item exactly itself on the diagonal."""
+    m = (m + m.T) / 2
+    np.fill_diagonal(m, diagonal)
+    return m
+
+
+def similarity_matrix(xs: list, ys: list | None = None, measure: str = "cka") -> np.ndarray:
+    """len(xs) x len(ys) (ys defaults to xs) of `measure` between every pair: "cka"
+    (`linear_cka`), "cka-rbf" (`rbf_cka`), "procrustes" (`procrustes_distance`) on
+    representations; "spearman" (`spearman`), "tau-a" (`kendall_tau_a`) or "cosine"
+    (`whitened_cosine`) on RDM vectors."""
+    same = ys is None
+    ys = xs if same else ys
+    if measure in ("cka", "cka-rbf"):
+        fx = np.array([_cka_feature(x, measure) for x in xs])
+        fy = fx if same else np.array([_cka_feature(y, measure) for y in ys])
+        return _symmetric(fx @ fy.T, 1.0) if same else fx @ fy.T
+    if measure == "procrustes":
+        if not same:
+            return _procrustes_matrix(xs, ys)
+        upper = np.triu(_procrustes_matrix(xs, None), 1)
+        return upper + upper.T
+    if measure == "cosine":  # one rsatoolbox noise covariance for all the RDMs at once
+        m = whitened_cosine_matrix(xs if same else [*xs, *ys])
+        return m if same else m[: len(xs), len(xs) :]
+    if measure == "spearman" and same:
+        return spearman_matrix(xs)
+    f = {"spearman": spearman, "tau-a": kendall_tau_a}[measure]
+    if not same:
+        return np.array([[f(x, y) for y in ys] for x in xs])
+    m = np.eye(len(xs))
+    for a in range(len(xs)):
+        for b in range(a + 1, len(xs)):
+            m[a, b] = m[b, a] = f(xs[a], xs[b])
+    return m

@@ -8,20 +8,13 @@ import numpy as np
 from ..errors import FlatformerError
 from .crossnobis import model_crossnobis
 from .data import compare_with_data, load_recordings
-from .measures import (
-    correlation_rdm,
-    euclidean_rdm,
-    kendall_tau_a,
-    linear_cka,
-    procrustes_distance,
-    rbf_cka,
-    spearman,
-    spearman_matrix,
-    whitened_cosine_matrix,
-)
+from ..store.resources import geometry_activations
+from .budget import BUDGET_SECONDS, affordable_stimuli, geometry_seconds
+from .measures import correlation_rdm, euclidean_rdm, similarity_matrix
 from .stimuli import representations, stimuli
 
 RDMS = {"correlation": correlation_rdm, "euclidean": euclidean_rdm}
+LONG_SECONDS = 30  # a geometry expected to take longer says so before it starts
 
 
 def _informative(reps: dict) -> dict:
@@ -36,10 +29,13 @@ def _informative(reps: dict) -> dict:
     return kept
 
 
-def check_geometry_memory(cfg, shape: tuple, checkpoints: int = 1, memory: int | None = None):
+def check_geometry_memory(
+    cfg, shape: tuple, checkpoints: int = 1, memory: int | None = None, seeds: bool = False
+):
     """Refuse, before the forward pass, a geometry of stimuli `shape` (count, width) whose
-    representations, RDMs and comparisons need more than the machine's available memory
-    (`memory` overrides it), naming the --stimuli that would fit."""
+    representations (one set per checkpoint, or per run with `seeds`), RDMs and comparisons
+    need more than the machine's available memory (`memory` overrides it), naming the
+    --stimuli, or the seeds, that would fit."""
     from ..store.resources import available_memory, check_memory, geometry_fit, geometry_memory
 
     n, width = shape
@@ -53,18 +49,77 @@ def check_geometry_memory(cfg, shape: tuple, checkpoints: int = 1, memory: int |
         if fit
         else "not even 3 stimuli fit: free some memory"
     )
-    if fit and checkpoints > 1 and geometry_memory(cfg, n, width) <= memory:
+    if seeds:
+        most = max(
+            k
+            for k in range(1, checkpoints + 1)
+            if k == 1 or geometry_memory(cfg, n, width, k) <= memory
+        )
+        hint = (
+            f"give a folder of at most {most} seeds"
+            if most > 1
+            else "not even 2 seeds fit: free some memory"
+        )
+    elif fit and checkpoints > 1 and geometry_memory(cfg, n, width) <= memory:
         hint = "leave out --training, or " + hint
-    check_memory(needed, f"geometry on {n:,} stimuli of {width} tokens", hint, memory)
+    what = f"geometry of {checkpoints} seeds" if seeds else "geometry"
+    check_memory(needed, f"{what} on {n:,} stimuli of {width} tokens", hint, memory)
 
 
-def activation_matrix(reps: dict, measure=linear_cka) -> tuple[list[str], np.ndarray]:
-    names = list(reps)
-    m = np.eye(len(names))
-    for a in range(len(names)):
-        for b in range(a + 1, len(names)):
-            m[a, b] = m[b, a] = measure(reps[names[a]], reps[names[b]])
-    return names, m
+def _quiet(stage: str, i: int, n: int, message: str):
+    pass
+
+
+def planned_stimuli(run, prompts=None, passes: int = 1, progress=_quiet):
+    """`stimuli`, the default held-out windows narrowed to what a geometry of `passes` runs
+    through the model affords (rsa.budget), saying so."""
+    tokens, read, labels = stimuli(run, prompts)
+    (n, width), cfg = tokens.shape, run.cfg
+    if prompts is None and cfg.d_model != 2:
+        fit = affordable_stimuli(cfg, n, width, passes)
+        if fit < n:
+            tokens, read, labels = tokens[:fit], read[:fit], labels[:fit]
+            progress(
+                "note",
+                0,
+                0,
+                f"geometry: the first {fit} of {n} held-out windows, to keep within about "
+                f"{BUDGET_SECONDS / 60:.0f} minutes (--stimuli FILE gives others)",
+            )
+    return tokens, read, labels
+
+
+def announce(cfg, shape: tuple, passes: int, progress):
+    """Say the estimate of a geometry on stimuli `shape` expected to be long, before it
+    starts."""
+    (n, width), seconds = shape, geometry_seconds(cfg, *shape, passes)
+    if seconds <= LONG_SECONDS:
+        return
+    when = (
+        f"{seconds:.0f} s"
+        if seconds < 90
+        else f"{seconds / 60:.0f} minutes"
+        if seconds < 5400
+        else f"{seconds / 3600:.0f} hours"
+    )
+    progress(
+        "note",
+        0,
+        0,
+        f"geometry: {geometry_activations(cfg):,} activations on {n:,} stimuli of {width:,} "
+        f"tokens, about {when}",
+    )
+
+
+# The comparisons of every activation with every other, as the report names them.
+ACTIVATION_MATRICES = {
+    "linear_cka": "cka",
+    "rbf_cka": "cka-rbf",
+    "procrustes": "procrustes",
+    "rdm_spearman": "spearman",
+    "rdm_kendall_tau_a": "tau-a",
+    "rdm_whitened_cosine": "cosine",
+}
 
 
 def geometry_report(
@@ -77,6 +132,7 @@ def geometry_report(
     against=None,
     measures=("cka",),
     crossnobis=None,
+    progress=_quiet,
 ) -> dict:
     """JSON-ready: stimuli, per activation its RDMs, the activation x activation linear CKA,
     RBF CKA, Procrustes, and RDM Spearman, Kendall tau-a and whitened cosine matrices; with
@@ -84,39 +140,44 @@ def geometry_report(
     every checkpoint; with `data` (a recordings file),
     every activation's RDM against the data's (`compare_with_data`, options `data_options`);
     with `against` (another run), `against_report`; with `crossnobis` (a noise method), the
-    model's crossnobis RDMs over repeated held-out windows (`model_crossnobis`)."""
+    model's crossnobis RDMs over repeated held-out windows (`model_crossnobis`). `progress`
+    (stage, i, n, message) is told of the passes, the comparisons and the checkpoints."""
     step = run.resolve_step(step)
-    tokens, read, labels = stimuli(run, prompts)
-    check_geometry_memory(run.cfg, tokens.shape, len(run.steps) if over_training else 1)
+    checkpoints = len(run.steps) if over_training else 1
+    passes = checkpoints + (against is not None)
+    tokens, read, labels = planned_stimuli(run, prompts, passes, progress)
+    check_geometry_memory(run.cfg, tokens.shape, checkpoints)
+    announce(run.cfg, tokens.shape, passes, progress)
     recordings = load_recordings(data, len(labels)) if data is not None else None
-    reps = _informative(representations(run.model(step), tokens, read))
+    forward = lambda i, n: progress("forward", i, n, "")  # noqa: E731
+    reps = _informative(representations(run.model(step), tokens, read, forward))
     rdms = {name: {kind: f(x) for kind, f in RDMS.items()} for name, x in reps.items()}
-    names, cka = activation_matrix(reps)
+    names = list(reps)
     report = {
         "run": str(run.path),
         "step": step,
         "stimuli": labels,
         "activations": names,
         "rdms": {n: {k: v.tolist() for k, v in d.items()} for n, d in rdms.items()},
-        "linear_cka": cka.tolist(),
-        "rbf_cka": activation_matrix(reps, rbf_cka)[1].tolist(),
-        "procrustes": activation_matrix(reps, procrustes_distance)[1].tolist(),
     }
-    # The RDM comparisons on the correlation-distance RDMs (Nili et al. 2014; Diedrichsen et al.
-    # 2021); the whitened cosine needs rsatoolbox, and is left out, with the reason, without it.
-    vectors = {n: rdms[n]["correlation"] for n in names}
-    report["rdm_spearman"] = spearman_matrix(list(vectors.values())).tolist()
-    report["rdm_kendall_tau_a"] = activation_matrix(vectors, kendall_tau_a)[1].tolist()
-    try:
-        report["rdm_whitened_cosine"] = whitened_cosine_matrix(list(vectors.values())).tolist()
-    except FlatformerError as exc:
-        report["rdm_whitened_cosine"], report["rdm_whitened_cosine_reason"] = None, str(exc)
+    # On the representations, and on their correlation-distance RDMs (Nili et al. 2014;
+    # Diedrichsen et al. 2021); the whitened cosine needs rsatoolbox, and is left out, with the
+    # reason, without it.
+    vectors = [rdms[n]["correlation"] for n in names]
+    for k, (key, measure) in enumerate(ACTIVATION_MATRICES.items()):
+        progress("comparisons", k, len(ACTIVATION_MATRICES), measure)
+        try:
+            xs = vectors if measure in ON_RDMS else list(reps.values())
+            report[key] = similarity_matrix(xs, measure=measure).tolist()
+        except FlatformerError as exc:
+            report[key], report[f"{key}_reason"] = None, str(exc)
+    progress("comparisons", len(ACTIVATION_MATRICES), len(ACTIVATION_MATRICES), "")
     if against is not None:
         report["against"] = against_report(against, tokens, read, reps, run.vocab, measures)
     if recordings is not None:
         report["data"] = compare_with_data(reps, recordings, **(data_options or {}))
     if over_training:
-        report["training"] = training_curve(run, tokens, read, reps, measures)
+        report["training"] = training_curve(run, tokens, read, reps, measures, progress)
     if crossnobis is not None:
         report["crossnobis"] = model_crossnobis(run, step, crossnobis)
     return report
@@ -134,7 +195,7 @@ def against_report(other, tokens, read, reps: dict, vocab: list[str], measures=(
     theirs = _informative(representations(other.model(None), tokens, read))
     rows, cols = list(reps), list(theirs)
     tables = {
-        m: cross([reps[a] for a in rows], [theirs[b] for b in cols], m)
+        m: compare([reps[a] for a in rows], [theirs[b] for b in cols], m)
         for m in dict.fromkeys(("cka", *measures))
     }
 
@@ -154,14 +215,7 @@ def against_report(other, tokens, read, reps: dict, vocab: list[str], measures=(
 
 # The comparisons `--measure` offers for seeds and checkpoints: on the representations (CKA,
 # Procrustes) or on their correlation-distance RDMs (Spearman, tau-a, whitened cosine).
-MEASURES = {
-    "cka": linear_cka,
-    "cka-rbf": rbf_cka,
-    "procrustes": procrustes_distance,
-    "spearman": spearman,
-    "tau-a": kendall_tau_a,
-    "cosine": None,  # whitened cosine: one rsatoolbox covariance for all RDMs at once
-}
+MEASURES = ("cka", "cka-rbf", "procrustes", "spearman", "tau-a", "cosine")
 ON_RDMS = ("spearman", "tau-a", "cosine")
 # "Settled": similarity >= 0.9, or for Procrustes (an angle) at most arccos(0.9), the angle
 # whose cosine (the normalised nuclear norm) is 0.9.
@@ -179,39 +233,13 @@ def parse_measures(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _prepared(xs: list, measure: str) -> list:
-    return [correlation_rdm(x) for x in xs] if measure in ON_RDMS else xs
-
-
-def pairwise(xs: list, measure: str) -> np.ndarray:
-    """items x items `measure` (1 on the diagonal for similarities, 0 for Procrustes)."""
-    xs = _prepared(xs, measure)
-    if measure == "cosine":
-        return whitened_cosine_matrix(xs)
-    if measure == "spearman":
-        return spearman_matrix(xs)
-    f = MEASURES[measure]
-    m = np.full((len(xs), len(xs)), 0.0 if measure == "procrustes" else 1.0)
-    for a in range(len(xs)):
-        for b in range(a + 1, len(xs)):
-            m[a, b] = m[b, a] = f(xs[a], xs[b])
-    return m
-
-
-def cross(xs: list, ys: list, measure: str) -> np.ndarray:
-    """len(xs) x len(ys) `measure` between every x and every y."""
-    xs, ys = _prepared(xs, measure), _prepared(ys, measure)
-    if measure == "cosine":
-        return whitened_cosine_matrix([*xs, *ys])[: len(xs), len(xs) :]
-    return np.array([[MEASURES[measure](x, y) for y in ys] for x in xs])
-
-
-def to_reference(xs: list, reference, measure: str) -> list[float]:
-    """`measure` between each of `xs` and `reference`."""
-    xs, (ref,) = _prepared(xs, measure), _prepared([reference], measure)
-    if measure == "cosine":
-        return whitened_cosine_matrix([ref, *xs])[0, 1:].tolist()
-    return [float(MEASURES[measure](x, ref)) for x in xs]
+def compare(xs: list, ys: list | None = None, measure: str = "cka") -> np.ndarray:
+    """len(xs) x len(ys) `measure` between representations, every x with every y (ys defaults
+    to xs: 1 on the diagonal for similarities, 0 for Procrustes)."""
+    if measure in ON_RDMS:
+        xs = [correlation_rdm(x) for x in xs]
+        ys = None if ys is None else [correlation_rdm(y) for y in ys]
+    return similarity_matrix(xs, ys, measure)
 
 
 def _settled(steps, values, measure) -> int | None:
@@ -224,17 +252,21 @@ def _settled(steps, values, measure) -> int | None:
     return steps[k] if k < len(steps) else None
 
 
-def training_curve(run, tokens, read, final: dict, measures=("cka",)) -> dict:
+def training_curve(run, tokens, read, final: dict, measures=("cka",), progress=_quiet) -> dict:
     """{"steps", "to_final": {measure: {name: [similarity to the final geometry at each
     step]}}, "settled_at": {measure: {name: the first step from which it stays settled}},
     "settle_threshold"}; "cka_to_final" is the linear CKA curve when CKA is among them."""
     steps = run.steps
     per_step = {n: [] for n in final}
-    for s in steps:
+    for k, s in enumerate(steps):
+        progress("checkpoints", k, len(steps), f"step {s}")
         reps = representations(run.model(s), tokens, read)
         for n in final:
             per_step[n].append(reps[n])
-    curves = {m: {n: to_reference(per_step[n], x, m) for n, x in final.items()} for m in measures}
+    curves = {
+        m: {n: compare(per_step[n], [x], m)[:, 0].tolist() for n, x in final.items()}
+        for m in measures
+    }
     out = {
         "steps": steps,
         "measures": list(measures),
@@ -249,11 +281,17 @@ def training_curve(run, tokens, read, final: dict, measures=("cka",)) -> dict:
     return out
 
 
-def seeds_report(runs, step=None, measures=("cka",)) -> dict:
+def seeds_report(runs, step=None, measures=("cka",), progress=_quiet) -> dict:
     """Per activation and measure, the seeds x seeds matrix and its mean over every pair of
     seeds and over the pairs of successful ones (final rule error < 0.05)."""
-    tokens, read, _ = stimuli(runs[0])
-    per_seed = [representations(r.model(step), tokens, read) for r in runs]
+    tokens, read, _ = planned_stimuli(runs[0], None, len(runs), progress)
+    check_geometry_memory(runs[0].cfg, tokens.shape, len(runs), seeds=True)
+    announce(runs[0].cfg, tokens.shape, len(runs), progress)
+    per_seed = []
+    for k, r in enumerate(runs):
+        progress("seeds", k, len(runs), r.path.name)
+        per_seed.append(representations(r.model(step), tokens, read))
+    progress("seeds", len(runs), len(runs), "")
     errors = [r.metrics[-1].get("rule_error") if r.metrics else None for r in runs]
     good = [k for k, e in enumerate(errors) if e is not None and e < 0.05]
     out = {
@@ -272,7 +310,7 @@ def seeds_report(runs, step=None, measures=("cka",)) -> dict:
             continue
         entry = {}
         for measure in measures:
-            m = pairwise(xs, measure)
+            m = compare(xs, measure=measure)
             entry[measure] = {
                 "mean": float(m[iu].mean()) if len(xs) > 1 else float(m[0, 0]),
                 "mean_successful": (

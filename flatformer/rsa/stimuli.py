@@ -51,20 +51,23 @@ def stimuli(run, prompts: list[list[int]] | None = None):
     return tokens, read, labels
 
 
-def representations(model, tokens, read) -> dict[str, np.ndarray]:
+def representations(model, tokens, read, tick=None) -> dict[str, np.ndarray]:
     """name -> (stimuli, units) at the read position of every stimulus; a hook with heads gives
     one representation per head ("...hook_z.h0"); attention patterns are read as the row of
     the read position (padded to the context). The stimuli run a few at a time
     (`rows_per_pass`), keeping only their read positions: every activation of every token of
-    a long context, at once, would be the largest thing geometry makes."""
+    a long context, at once, would be the largest thing geometry makes. `tick(i, n)` is told
+    of each pass done."""
     from ..store.resources import rows_per_pass
 
     tokens, read = np.asarray(tokens), np.asarray(read)
     step = rows_per_pass(model.cfg, tokens.shape[-1])
-    parts = [
-        _read_at(model, tokens[i : i + step], read[i : i + step])
-        for i in range(0, len(tokens), step)
-    ]
+    starts = range(0, len(tokens), step)
+    parts = []
+    for k, i in enumerate(starts):
+        parts.append(_read_at(model, tokens[i : i + step], read[i : i + step]))
+        if tick:
+            tick(k + 1, len(starts))
     return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
 

@@ -255,12 +255,13 @@ def geometry_memory(cfg, stimuli: int, width: int, checkpoints: int = 1) -> int:
     representation at the read positions (kept for each of `checkpoints` with --training),
     and per activation its two RDMs over the stimulus pairs, as arrays and as the report's
     numbers (a Python float in a list, ~32 bytes), with the ranks its comparisons take; and
-    the stimulus x stimulus Gram matrices of a CKA."""
+    per activation a stimulus x stimulus matrix (a CKA's centred kernel, a Procrustes factor),
+    all of one comparison at once, and their batched products."""
     pairs = stimuli * (stimuli - 1) // 2
     forward = min(stimuli, rows_per_pass(cfg, width)) * width * per_token_floats(cfg) * 8
     reads = checkpoints * stimuli * per_token_floats(cfg) * 8
     rdms = geometry_activations(cfg) * pairs * (2 * 8 + 2 * 32 + 2 * 8)
-    grams = 4 * stimuli * stimuli * 8
+    grams = 2 * geometry_activations(cfg) * stimuli * stimuli * 8
     return BASE_MEMORY + 3 * cfg.n_params * 8 + forward + reads + rdms + grams
 
 
