@@ -92,6 +92,29 @@ def test_spliced_scores_identity_is_one_and_ablation_is_zero():
     assert exact["ce_loss_score"] == pytest.approx(1)
 
 
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+def test_spliced_scores_a_few_windows_a_pass_equal_one_pass(monkeypatch, ablation):
+    """A long context's windows are scored a few a pass (the logits of every window, three
+    times over, would be the largest thing a dictionary makes): the same scores as one pass,
+    and the mean ablation's mean read here equals the one given."""
+    model = random_model(CONFIGS["simulator-16d"])
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, model.cfg.d_vocab, (7, 5))
+    targets = rng.integers(0, model.cfg.d_vocab, (7, 5))
+    weights = rng.random((7, 5))
+    hook = "blocks.0.hook_mlp_out"
+    args = (model, tokens, targets, weights, hook, hook, lambda a: 0.5 * a, ablation)
+    whole = spliced_scores(*args)
+    _, cache = model.run_with_cache(tokens)
+    given = spliced_scores(*args, mean=cache[hook].reshape(-1, cache[hook].shape[-1]).mean(0))
+    monkeypatch.setattr("flatformer.store.resources.rows_per_pass", lambda cfg, width: 2)
+    parts = spliced_scores(*args)
+    for key, value in whole.items():
+        if key != "ablation":
+            assert parts[key] == pytest.approx(value, abs=1e-12), key
+            assert given[key] == pytest.approx(value, abs=1e-12), key
+
+
 @pytest.mark.parametrize("kind", ["relu", "topk", "batchtopk", "jumprelu"])
 def test_saelens_folder_round_trip(tmp_path, kind):
     stack = init_stack(kind, 4, 4, [6], ks=[2], seed=2)

@@ -125,6 +125,7 @@ def fit_run(
                 hook_out,
                 reconstruct,
                 ablation,
+                mean=held[hook_out].mean(0),
             )
             scores.pop("ablation")
             metrics.update(

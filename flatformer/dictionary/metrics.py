@@ -102,12 +102,29 @@ def spliced_scores(
     hook_out: str,
     reconstruct,
     ablation: str = "zero",
+    mean: np.ndarray | None = None,
 ) -> dict:
     """CE and KL with the dictionary spliced in at `hook_out` (its input read at `hook_in` in
     the same pass: the same activation for an autoencoder, the MLP's input for a transcoder),
-    with `hook_out` ablated (zero or mean), and clean; averaged over the positions whose
-    weight is positive. `reconstruct(a)` maps an input activation (..., d_in) to (..., d_out)."""
-    seen = {}
+    with `hook_out` ablated (zero, or its `mean` over every position of `tokens`, read here when
+    not given), and clean; averaged over the positions whose weight is positive.
+    `reconstruct(a)` maps an input activation (..., d_in) to (..., d_out). The windows run a
+    few at a time (the store's rows_per_pass): the logits of a long context, three times over,
+    are the largest thing it makes."""
+    from ..store.resources import rows_per_pass
+
+    step = rows_per_pass(model.cfg, np.shape(tokens)[-1])
+    parts = [slice(i, i + step) for i in range(0, len(tokens), step)]
+    seen = {"sum": 0.0}
+
+    def add(a, name):
+        seen["sum"] = seen["sum"] + a.sum((0, 1))
+        return a
+
+    if ablation == "mean" and mean is None:
+        for part in parts:
+            model(tokens[part], hooks={hook_out: add})
+        mean = seen["sum"] / (len(tokens) * np.shape(tokens)[1])
 
     def read(a, name):
         seen["x"] = a
@@ -116,26 +133,24 @@ def spliced_scores(
     def splice(a, name):
         return reconstruct(seen["x"] if hook_in != hook_out else a).reshape(a.shape)
 
-    clean, cache = model.run_with_cache(tokens)
-    if ablation == "zero":
-        ablated_value = np.zeros_like(cache[hook_out])
-    else:
-        flat = cache[hook_out].reshape(-1, cache[hook_out].shape[-1])
-        ablated_value = np.broadcast_to(flat.mean(0), cache[hook_out].shape)
+    def ablate(a, name):
+        return np.zeros_like(a) if ablation == "zero" else np.broadcast_to(mean, a.shape).copy()
+
     hooks = {hook_out: splice} if hook_in == hook_out else {hook_in: read, hook_out: splice}
-    spliced = model(tokens, hooks=hooks)
-    ablated = model(tokens, hooks={hook_out: lambda a, n: ablated_value.copy()})
     w = np.asarray(weights, dtype=np.float64)
     w = w / w.sum()
-
-    def mean(v):
-        return float((v * w).sum())
-
-    ce = {
-        k: mean(ce_per_token(v, targets))
-        for k, v in (("clean", clean), ("spliced", spliced), ("ablated", ablated))
-    }
-    kl_sp, kl_ab = mean(kl_per_token(clean, spliced)), mean(kl_per_token(clean, ablated))
+    sums = dict.fromkeys(("clean", "spliced", "ablated", "kl_spliced", "kl_ablated"), 0.0)
+    for part in parts:
+        t, wp = targets[part], w[part]
+        clean = model(tokens[part])
+        spliced = model(tokens[part], hooks=hooks)
+        ablated = model(tokens[part], hooks={hook_out: ablate})
+        for key, v in (("clean", clean), ("spliced", spliced), ("ablated", ablated)):
+            sums[key] += float((ce_per_token(v, t) * wp).sum())
+        sums["kl_spliced"] += float((kl_per_token(clean, spliced) * wp).sum())
+        sums["kl_ablated"] += float((kl_per_token(clean, ablated) * wp).sum())
+    ce = {k: sums[k] for k in ("clean", "spliced", "ablated")}
+    kl_sp, kl_ab = sums["kl_spliced"], sums["kl_ablated"]
     return {
         "ce_loss_without_sae": ce["clean"],
         "ce_loss_with_sae": ce["spliced"],
