@@ -166,6 +166,19 @@ def test_trained_transcoders_reconstruct_and_round_trip(paper_run, tmp_path):
         load_transcoders(tmp_path, run.model())
 
 
+def test_transcoders_read_together_equal_one_block_at_a_time(two_layer_run, monkeypatch):
+    """Every MLP's activations come from one pass over the windows where they fit READ_BYTES:
+    the same transcoders and metrics as a pass per block."""
+    run = load_run(two_layer_run)
+    together, metrics = train_transcoders(run, steps=20)
+    monkeypatch.setattr("flatformer.graph.transcoders.READ_BYTES", 1)
+    alone, alone_metrics = train_transcoders(run, steps=20)
+    assert len(together) == 2 and metrics == alone_metrics
+    for a, b in zip(together, alone):
+        for n, v in a.weights().items():
+            np.testing.assert_array_equal(v, b.weights()[n])
+
+
 # ---- pruning ------------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from ..errors import FlatformerError
 # The defaults `flatformer graph` trains with when a run has none: wide enough for the paper's
 # 32-unit MLPs, an L1 that keeps a few features per token.
 WIDTH, L1, STEPS = 32, 0.3, 2000
+READ_BYTES = 2**30  # the MLP inputs and outputs read in one pass over the windows
 
 
 @dataclass
@@ -76,9 +77,18 @@ def train_transcoders(
     data = windows(run, n_train)
     out, metrics = [], []
     layers = mlp_layers(model.cfg)
+    hooks = {layer: transcoder_hooks(model, f"blocks.{layer}.hook_mlp_out") for layer in layers}
+    # Several MLPs' activations from one pass over the windows (a long context's passes are
+    # most of the time), as many as READ_BYTES holds.
+    tokens = data["train"].size + data["eval"].size
+    together = max(1, READ_BYTES // (2 * tokens * model.cfg.d_model * 8))
+    acts = held = {}
     for i, layer in enumerate(layers):
-        hook_in, hook_out = transcoder_hooks(model, f"blocks.{layer}.hook_mlp_out")
-        acts = read(model, data["train"], [hook_in, hook_out])
+        hook_in, hook_out = hooks[layer]
+        if hook_in not in acts:
+            group = [h for later in layers[i : i + together] for h in hooks[later]]
+            acts = read(model, data["train"], sorted(set(group)))
+            held = read(model, data["eval"], sorted(set(group)))
 
         def report(j, n, message, i=i):
             if progress:
@@ -90,7 +100,6 @@ def train_transcoders(
         )
         w = stack.member(0)
         tc = Transcoder(layer, w["W_enc"], w["b_enc"], w["W_dec"], w["b_dec"], hook_in, hook_out)
-        held = read(model, data["eval"], [hook_in, hook_out])
         f = tc.encode(held[hook_in])
         metrics.append({"layer": layer, **reconstruction_metrics(held[hook_out], tc.decode(f), f)})
         out.append(tc)
