@@ -149,8 +149,11 @@ def geometry_report(
     check_geometry_memory(run.cfg, tokens.shape, checkpoints)
     announce(run.cfg, tokens.shape, passes, progress)
     recordings = load_recordings(data, len(labels)) if data is not None else None
-    forward = lambda i, n: progress("forward", i, n, "")  # noqa: E731
-    reps = _informative(representations(run.model(step), tokens, read, forward))
+
+    def passed(i: int, n: int):
+        progress("forward", i, n, "")
+
+    reps = _informative(representations(run.model(step), tokens, read, passed))
     rdms = {name: {kind: f(x) for kind, f in RDMS.items()} for name, x in reps.items()}
     names = list(reps)
     report = {
