@@ -116,7 +116,8 @@ def explore(
     if loaded.cfg.n_params > PAGE_MAX_PARAMS:
         raise FlatformerError(
             f"{run}: {loaded.cfg.n_params:,} parameters, more than the explorer page carries "
-            f"({PAGE_MAX_PARAMS:,}); flatformer analyze, circuits, figures and generate work on it"
+            f"({PAGE_MAX_PARAMS:,}); flatformer figures, analyze, geometry, graph and generate "
+            "work on it"
         )
     target = output_file(out_file or Path(run) / "explorer.html", "--out")
     data = export_run(loaded, step, checkpoints, prompt)
