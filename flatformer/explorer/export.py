@@ -5,8 +5,9 @@ too) and a third the size of decimal text. An imported float32 model's travel as
 half that, when every number round-trips exactly (`weights_dtype` says which); the page widens
 them to float64 before computing. Every checkpoint goes along, or an evenly spaced
 subset when there are many, so the page's slider can replay training. The reference logits are
-computed here by the NumPy engine; the page recomputes them on every load and shows the worst
-difference, so a page that disagrees with Python cannot go unnoticed. The measures the page
+computed here by the NumPy engine (every one, or evenly spaced columns of a large
+vocabulary's); the page recomputes them on every load and shows the worst difference, so a
+page that disagrees with Python cannot go unnoticed. The measures the page
 shares with `flatformer analyze` (the KL direction, the betas, the top-k, the held-out windows
 mean ablation averages over) travel from their one definition in Python.
 """
@@ -104,6 +105,20 @@ def reference_prompts(d_vocab: int, n_ctx: int, demo: list[int] | None = None) -
     return [[int(t) for t in p] for p in prompts]
 
 
+# The logits the page's self-check compares: every one while this many hold them (a model's
+# every token and position), else this many of evenly spaced columns at every position.
+REFERENCE_NUMBERS = 500_000
+
+
+def reference_columns(vocab_out: int, positions: int) -> list[int] | None:
+    """The logit columns the self-check compares at each of `positions`: None for all of them,
+    else evenly spaced ones (the first and the last among them) within REFERENCE_NUMBERS."""
+    keep = REFERENCE_NUMBERS // max(positions, 1)
+    if vocab_out <= keep:
+        return None
+    return [int(v) for v in evenly_spaced(vocab_out, max(keep, 2))]
+
+
 def flat_weights(cfg: ModelConfig, tensors: dict[str, np.ndarray]) -> np.ndarray:
     """One checkpoint as one vector: the engine's own flat layout for one seed (tensors in
     `param_shapes` order, each in C order; `model.Params`), which `model.js` unpacks."""
@@ -176,7 +191,8 @@ def build_export(
     demo_tokens = demo_tokens or encode_demo(demo, vocab, cfg.n_ctx)
     prompts = reference_prompts(cfg.d_vocab, cfg.n_ctx, demo_tokens)
     model = Transformer(cfg, dict(checkpoints)[step])
-    logits = np.concatenate([model(p)[0].ravel() for p in prompts])
+    columns = reference_columns(cfg.vocab_out, sum(len(p) for p in prompts))
+    logits = np.concatenate([model(p)[0][:, columns or slice(None)].ravel() for p in prompts])
     rows = [m for m in (metrics or []) if "step" in m]
     curve = {
         key: [_finite(m.get(key)) for m in rows]
@@ -204,7 +220,8 @@ def build_export(
         "weights": pack(weights, dtype),
         "weights_dtype": dtype,
         "metrics": curve,
-        "reference": {"step": step, "prompts": prompts, "logits": pack(logits)},
+        "reference": {"step": step, "prompts": prompts, "logits": pack(logits)}
+        | ({"columns": columns} if columns else {}),
         # One definition of every measure the page shares with `flatformer analyze`.
         "measures": {
             "kl": KL_DIRECTION,
@@ -291,11 +308,41 @@ def export_run(
         data["circuit_note"] = (
             "The search for this model's circuit takes minutes: flatformer circuits finds it."
         )
+    shown = shown_export(run, task if known else None)
+    if shown:
+        data["shown"] = shown
     if known and task_name == "modular-addition":
         data["key_phase"] = key_phase(run, task.p)
     if task_name == "induction":
         data["induction"] = induction_scores(run.cfg, checkpoints)
     return data
+
+
+def shown_export(run, task) -> dict | None:
+    """The tokens and positions the page's token+position clouds show when not every one
+    (readout.points.shown_points, the figures' choice): the most frequent tokens of the held-out
+    text and the task's focus token, at evenly spaced positions. None for a small model."""
+    from ..readout.points import (
+        MAX_POINTS,
+        default_focus_position,
+        held_out_counts,
+        shown_points,
+    )
+
+    cfg = run.cfg
+    if cfg.d_vocab * cfg.n_ctx <= MAX_POINTS:
+        return None
+    counts = np.zeros(cfg.d_vocab)
+    if task is not None:
+        counts = held_out_counts(task, run.config.get("data_seed", 0), cfg.d_vocab)
+    focus = task.focus if task is not None else None
+    focus = run.vocab.index(focus) if focus in run.vocab else int(np.argmax(counts))
+    shown = shown_points(cfg.d_vocab, cfg.n_ctx, counts, focus, default_focus_position(cfg.n_ctx))
+    return {
+        "tokens": shown.tokens.tolist(),
+        "positions": shown.positions.tolist(),
+        "note": shown.note,
+    }
 
 
 def stream_names(run) -> list[str] | None:

@@ -24,6 +24,12 @@ const Geometry = {
     const lastGeometry = {};
 
     const planeNote = (plane, what) => (plane.exact ? "" : `First two principal components of ${what}.`);
+    // The token+position clouds: every token at every position, or past a few hundred points
+    // the figures' choice (readout.points.shown_points), which env.shown names.
+    const range = (n) => Array.from({length: n}, (_, i) => i);
+    const shownTokens = env.shown ? env.shown.tokens : range(V);
+    const shownPositions = env.shown ? env.shown.positions : range(cfg.n_ctx);
+    const sumsWhat = env.shown ? "the sums shown" : "all token+position sums";
 
     const allSums = (model, posOff) => memo(`sums:${model.step}:${posOff}`, () => sumsOf(model, posOff));
     function sumsOf(model, posOff) {
@@ -31,8 +37,8 @@ const Geometry = {
       // shortformer ones join q and k's inputs (allQK), not the stream
       const d = cfg.d_model, WE = model.w["embed.W_E"].data, W = model.w["pos_embed.W_pos"], pts = [];
       const WP = W && !posOff && !M.shortformer(cfg) ? W.data : null;
-      for (let t = 0; t < cfg.n_ctx; t++) {
-        for (let v = 0; v < V; v++) {
+      for (const t of shownPositions) {
+        for (const v of shownTokens) {
           pts.push({v, t, e: Array.from({length: d}, (_, i) => WE[v * d + i] + (WP ? WP[t * d + i] : 0))});
         }
       }
@@ -75,7 +81,7 @@ const Geometry = {
         pl.line(seqXY, "rgba(31,35,40,0.55)", 1.2, [4, 3]);
         seqXY.forEach(([x, y], i) => pl.point({x, y, r: 5.5, fill: tokenCss(c.seq[i]), stroke: "#1f2328", lineWidth: 1.5,
           label: at(c.seq[i], i), bold: true, tip: [`position ${i}: ${word(c.seq[i])}`, `e = (${c.run.cache["blocks.0.hook_resid_pre"][i].map(String).join(", ")})`]}));
-        pl.setNote(`${planeNote(plane, "all token+position sums")} Label “${at(c.seq[c.T - 1], c.T - 1)}” = token ${word(c.seq[c.T - 1])} at position ${c.T - 1}. Large dots joined by the dashed path: this sequence.`);
+        pl.setNote(`${planeNote(plane, sumsWhat)}${env.shown ? ` Shown: ${env.shown.note}.` : ""} Label “${at(c.seq[c.T - 1], c.T - 1)}” = token ${word(c.seq[c.T - 1])} at position ${c.T - 1}. Large dots joined by the dashed path: this sequence.`);
         geometry.sums = xy;
         geometry.sequence = seqXY;
       }

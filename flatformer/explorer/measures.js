@@ -216,6 +216,19 @@ const FlatMeasures = (() => {
     return {QK: describe(QK), OV: describe(OV)};
   }
 
+  // X^T X of an [n][d] matrix.
+  function scatter(X) {
+    const d = X[0].length, S = Array.from({length: d}, () => zeros(d));
+    for (const x of X) {
+      for (let i = 0; i < d; i++) {
+        const xi = x[i], row = S[i];
+        for (let j = i; j < d; j++) row[j] += xi * x[j];
+      }
+    }
+    for (let i = 0; i < d; i++) for (let j = 0; j < i; j++) S[i][j] = S[j][i];
+    return S;
+  }
+
   // The plane to draw points in (readout.plane.fit_plane): the identity for d <= 2, else the
   // first two principal axes, {mean, axes: [u1, u2], exact}. Signs are fixed (largest entry
   // positive) so the picture does not flip between checkpoints.
@@ -226,7 +239,11 @@ const FlatMeasures = (() => {
     if (d <= 2) {
       return {mean: zeros(d), axes: [[1, 0], [0, 1]].slice(0, 2).map((u) => u.slice(0, d).concat(zeros(Math.max(0, d - 2)))), exact: true};
     }
-    const {V} = svd(points.map((p) => p.map((v, i) => v - mean[i])));
+    // The axes are the centred points' right singular vectors; for more points than dimensions,
+    // those of their d x d scatter matrix X^T X (its eigenvectors): the same axes, at a cost that
+    // grows with the points once instead of with every rotation of them.
+    const X = points.map((p) => p.map((v, i) => v - mean[i]));
+    const {V} = svd(n > d ? scatter(X) : X);
     const axes = [0, 1].map((k) => {
       const u = V.map((row) => row[k]);
       let big = 0;

@@ -117,7 +117,7 @@ const Explorer = (() => {
     const ctx = {DATA, M, cfg, vocab, V, L, H, vocabOut, nextTokens, steps, EDGES, memo, knobsOf, changedKnobs,
       banner: bannerEl, get state() { return state; }, set: setState};
     Object.assign(ctx, Panels.kit(ctx));
-    ctx.geometry = Geometry.create({cfg, vocab, M, word: ctx.word, wordOut: ctx.wordOut, nextTokens, memo, state: () => state, keyPhase: DATA.key_phase || null});
+    ctx.geometry = Geometry.create({cfg, vocab, M, word: ctx.word, wordOut: ctx.wordOut, nextTokens, memo, state: () => state, keyPhase: DATA.key_phase || null, shown: DATA.shown || null});
     const circuits = Panels.circuits(ctx);
     ctx.showHeadScores = circuits.showHeadScores;
     const input = Panels.input(ctx), blocks = Panels.blocks(ctx), readout = Panels.readout(ctx);
@@ -138,10 +138,12 @@ const Explorer = (() => {
           places.add(i);
           tokens.add(prompt[i]);
           positions += 1;
-          r.forEach((x, v) => {
+          const compare = (x, v) => {
             const diff = Math.abs(x - expected[offset++]);
             if (!(diff <= worst)) { worst = Number.isNaN(diff) ? Infinity : diff; where = `prompt ${n}, position ${i}, token ${v}`; }
-          });
+          };
+          // every logit, or a large vocabulary's evenly spaced columns (DATA.reference.columns)
+          if (ref.columns) ref.columns.forEach((v) => compare(r[v], v)); else r.forEach(compare);
         });
       });
       const hooksOk = JSON.stringify(hooks) === JSON.stringify(DATA.hooks);
@@ -150,7 +152,8 @@ const Explorer = (() => {
       if (ok) {
         bannerEl.className = "banner ok";
         bannerEl.textContent = `Self-check passed: this page's forward pass reproduces ${ref.source || "the Python engine's"} logits on ${ref.prompts.length} prompts `
-          + `(${tokens.size} of ${V} tokens, all ${places.size} positions, ${hooks.length} named activations, step ${ref.step}); worst |difference| ${worst.toExponential(1)} (must be < 1e-9).`;
+          + `(${tokens.size} of ${V} tokens, all ${places.size} positions, ${hooks.length} named activations, step ${ref.step}`
+          + `${ref.columns ? `, the logits of ${ref.columns.length} evenly spaced classes` : ""}); worst |difference| ${worst.toExponential(1)} (must be < 1e-9).`;
       } else if (!hooksOk) {
         fail(`SELF-CHECK FAILED: this page names its activations ${hooks.join(", ")}; ${ref.source || "the Python engine's"} are ${DATA.hooks.join(", ")}.`);
       } else {

@@ -10,11 +10,15 @@ const PageState = (() => {
   const changedKnobs = (s) => s.off.length > 0 || s.mlp.length > 0 || s.pos || s.beta !== 1;
   const clip = (text) => (text.length > 40 ? text.slice(0, 40) + "…" : text);
 
+  const SAMPLED = 32;
+
   function create(env) {
     const DATA = env.DATA, steps = DATA.steps, cfg = DATA.config;
     const V = cfg.d_vocab, L = cfg.n_layers, H = cfg.n_heads;
+    // Tokens sampled by default: a context's worth, at most SAMPLED (each is a forward pass of
+    // the window, and a long context's are the page's slowest work).
     const DEFAULT = {seq: DATA.demo.slice(), step: DATA.step, off: [], mlp: [], pos: false, beta: 1,
-                     temp: 1, k: 0, p: 1, seed: 1, n: cfg.n_ctx, cell: null, zoom: false,
+                     temp: 1, k: 0, p: 1, seed: 1, n: Math.min(cfg.n_ctx, SAMPLED), cell: null, zoom: false,
                      cut: [], only: false, phase: false, view: ""};
 
     function toHash(s) {

@@ -59,7 +59,8 @@ class FigureContext:
         """The tokens and positions the point figures show (every one of a small model)."""
         counts = np.zeros(self.cfg.d_vocab)
         if self.cfg.d_vocab * self.cfg.n_ctx > C.MAX_POINTS:  # only then are tokens chosen
-            counts = np.bincount(np.concatenate(self.held_out), minlength=self.cfg.d_vocab)
+            seed = self.run.config.get("data_seed", 0)
+            counts = C.held_out_counts(self.task, seed, self.cfg.d_vocab)
         return C.shown_points(
             self.cfg.d_vocab, self.cfg.n_ctx, counts, self.focus, self.focus_position
         )

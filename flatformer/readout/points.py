@@ -26,6 +26,88 @@ from ..model.transformer import Transformer
 from .plane import Field, Plane, fit_plane, grid
 
 
+# The point views (the figures, and the page's token+position clouds) draw every token at every position while there are at most MAX_POINTS of
+# them (the paper's 12 x 8, a modular-addition model's 114 x 3); past that a cloud of thousands
+# of labelled points is neither readable nor cheap (their labels cost time and memory), so they
+# show the MAX_TOKENS most frequent tokens at MAX_POSITIONS evenly spaced positions.
+MAX_POINTS = 512
+MAX_TOKENS = 12
+MAX_POSITIONS = 8
+
+
+@dataclass
+class Shown:
+    """The tokens (vocabulary indices, ascending) and positions (ascending) the point figures
+    show, out of the model's `d_vocab` and `n_ctx`, and how the tokens were chosen."""
+
+    tokens: np.ndarray
+    positions: np.ndarray
+    d_vocab: int
+    n_ctx: int
+    chosen_by: str = ""
+
+    @property
+    def every(self) -> bool:
+        return len(self.tokens) == self.d_vocab and len(self.positions) == self.n_ctx
+
+    def local(self, token: int, position: int) -> tuple[int, int]:
+        """A (token, position) pair as indices into the shown arrays."""
+        return int(np.searchsorted(self.tokens, token)), int(
+            np.searchsorted(self.positions, position)
+        )
+
+    @property
+    def note(self) -> str:
+        """What a figure showing these points says about them ("" when it shows every one)."""
+        if self.every:
+            return ""
+        tokens = (
+            "every token"
+            if len(self.tokens) == self.d_vocab
+            else f"{len(self.tokens)} of {self.d_vocab:,} tokens ({self.chosen_by})"
+        )
+        positions = (
+            "every position"
+            if len(self.positions) == self.n_ctx
+            else f"{len(self.positions)} of {self.n_ctx:,} positions"
+        )
+        return f"{tokens} at {positions}"
+
+
+def shown_points(
+    d_vocab: int, n_ctx: int, counts: np.ndarray, focus: int, focus_position: int
+) -> Shown:
+    """Every point while there are at most MAX_POINTS; else the MAX_TOKENS tokens with the
+    largest `counts` (their frequency in the held-out text; ties to the lower index) and the
+    focus token, at MAX_POSITIONS evenly spaced positions and the focus position."""
+    every_token, every_position = np.arange(d_vocab), np.arange(n_ctx)
+    if d_vocab * n_ctx <= MAX_POINTS:
+        return Shown(every_token, every_position, d_vocab, n_ctx)
+    tokens, chosen_by = every_token, ""
+    if d_vocab > MAX_TOKENS:
+        ranked = np.argsort(-np.asarray(counts, dtype=float), kind="stable")
+        top = [t for t in ranked if t != focus][: MAX_TOKENS - 1]
+        tokens = np.sort(np.array([focus, *top], dtype=int))
+        chosen_by = "the most frequent in the held-out text"
+    positions = every_position
+    if n_ctx > MAX_POSITIONS:
+        spaced = np.linspace(0, n_ctx - 1, MAX_POSITIONS - 1).round().astype(int)
+        positions = np.unique(np.append(spaced, focus_position))
+    return Shown(tokens, positions, d_vocab, n_ctx, chosen_by)
+
+
+def default_focus_position(n_ctx: int) -> int:
+    """The query position the focus figures use: two thirds into the context, so that some keys
+    are visible and some are hidden by the causal mask."""
+    return min(n_ctx - 1, (2 * n_ctx) // 3)
+
+
+def held_out_counts(task, data_seed: int, d_vocab: int) -> np.ndarray:
+    """How often each token occurs in the task's held-out sequences for `data_seed`: what
+    `shown_points` ranks tokens by."""
+    return np.bincount(np.concatenate(task.split(data_seed)[1]), minlength=d_vocab)
+
+
 def all_points_tokens(V: int, T: int) -> np.ndarray:
     """(V, T) batch whose row v is token v at every position: at block 0 each position of each row
     is one combined point, so one forward pass gives every point's Q, K and V."""
