@@ -104,11 +104,15 @@ def test_the_page_shows_the_figures_points_of_a_large_model(
     so its planes and the QK backdrop cost a few hundred points, not every token at every
     position; and its self-check compares evenly spaced logit columns when every logit of a
     large vocabulary would make the page tens of megabytes."""
-    from flatformer.explorer import render_html
     from flatformer.explorer.export import export_run, pack, reference_columns, unpack
     from flatformer.explorer.page import page_html
     from test_explorer_browser import visit
 
+    # the self-check's columns: every logit of a small model, evenly spaced ones of a large one
+    assert reference_columns(300, 400) is None
+    columns = reference_columns(50_000, 2_000)
+    assert len(columns) == 250 and columns[0] == 0 and columns[-1] == 49_999
+    monkeypatch.setattr("flatformer.explorer.export.REFERENCE_NUMBERS", 5000)
     shown = FigureContext(load_run(large_run)).shown
     data = export_run(large_run, max_checkpoints=1)
     assert data["shown"] == {
@@ -116,13 +120,9 @@ def test_the_page_shows_the_figures_points_of_a_large_model(
         "positions": shown.positions.tolist(),
         "note": shown.note,
     }
-    # the self-check's columns: every logit of a small model, evenly spaced ones of a large one
-    assert reference_columns(300, 400) is None
-    columns = reference_columns(50_000, 2_000)
-    assert len(columns) == 250 and columns[0] == 0 and columns[-1] == 49_999
-    monkeypatch.setattr("flatformer.explorer.export.REFERENCE_NUMBERS", 5000)
+    assert 2 <= len(data["reference"]["columns"]) < 300
     path = tmp_path / "page.html"
-    path.write_text(render_html(large_run), encoding="utf-8")
+    path.write_text(page_html(data), encoding="utf-8")
     with visit(chromium, path) as page:
         page.wait_for_function("() => explorer.geometry().embed")
         sums = page.evaluate("explorer.geometry().embed.sums.length")
@@ -131,13 +131,10 @@ def test_the_page_shows_the_figures_points_of_a_large_model(
         body = page.text_content("body")
         assert shown.note in body and "evenly spaced classes" in body
     # a compared logit off by a millionth turns the banner red
-    data = export_run(large_run, max_checkpoints=1)
-    assert 2 <= len(data["reference"]["columns"]) < 300
     logits = unpack(data["reference"]["logits"]).copy()
     logits[len(logits) // 2] += 1e-6
     data["reference"]["logits"] = pack(logits)
-    broken = tmp_path / "broken.html"
-    broken.write_text(page_html(data), encoding="utf-8")
-    with visit(chromium, broken) as page:
+    path.write_text(page_html(data), encoding="utf-8")
+    with visit(chromium, path) as page:
         assert not page.evaluate("explorer.selfCheck.ok")
         assert "SELF-CHECK FAILED" in page.text_content(".banner")
