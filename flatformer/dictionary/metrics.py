@@ -112,19 +112,13 @@ def spliced_scores(
     few at a time (the store's rows_per_pass): the logits of a long context, three times over,
     are the largest thing it makes."""
     from ..store.resources import rows_per_pass
-
-    step = rows_per_pass(model.cfg, np.shape(tokens)[-1])
-    parts = [slice(i, i + step) for i in range(0, len(tokens), step)]
-    seen = {"sum": 0.0}
-
-    def add(a, name):
-        seen["sum"] = seen["sum"] + a.sum((0, 1))
-        return a
+    from .activations import read as read_activations
 
     if ablation == "mean" and mean is None:
-        for part in parts:
-            model(tokens[part], hooks={hook_out: add})
-        mean = seen["sum"] / (len(tokens) * np.shape(tokens)[1])
+        mean = read_activations(model, tokens, [hook_out])[hook_out].mean(0)
+    step = rows_per_pass(model.cfg, np.shape(tokens)[-1])
+    parts = [slice(i, i + step) for i in range(0, len(tokens), step)]
+    seen = {}
 
     def read(a, name):
         seen["x"] = a

@@ -26,6 +26,7 @@ from ..tasks.windows import TaskData, evenly_spaced
 from ..errors import FlatformerError
 from ..engine.model import Params, hook_names
 from ..readout import BETAS, KL_DIRECTION, reference_windows
+from ..readout.points import MAX_POINTS, default_focus_position, held_out_counts, shown_points
 from ..store.runs import Run, load_run
 from ..model.transformer import Transformer
 
@@ -322,13 +323,6 @@ def shown_export(run, task) -> dict | None:
     """The tokens and positions the page's token+position clouds show when not every one
     (readout.points.shown_points, the figures' choice): the most frequent tokens of the held-out
     text and the task's focus token, at evenly spaced positions. None for a small model."""
-    from ..readout.points import (
-        MAX_POINTS,
-        default_focus_position,
-        held_out_counts,
-        shown_points,
-    )
-
     cfg = run.cfg
     if cfg.d_vocab * cfg.n_ctx <= MAX_POINTS:
         return None

@@ -8,7 +8,13 @@ import numpy as np
 from ..errors import FlatformerError
 from .crossnobis import model_crossnobis
 from .data import compare_with_data, load_recordings
-from ..store.resources import geometry_activations
+from ..store.resources import (
+    available_memory,
+    check_memory,
+    geometry_activations,
+    geometry_fit,
+    geometry_memory,
+)
 from .budget import BUDGET_SECONDS, affordable_stimuli, geometry_seconds
 from .measures import correlation_rdm, euclidean_rdm, similarity_matrix
 from .stimuli import representations, stimuli
@@ -36,8 +42,6 @@ def check_geometry_memory(
     representations (one set per checkpoint, or per run with `seeds`), RDMs and comparisons
     need more than the machine's available memory (`memory` overrides it), naming the
     --stimuli, or the seeds, that would fit."""
-    from ..store.resources import available_memory, check_memory, geometry_fit, geometry_memory
-
     n, width = shape
     memory = available_memory() if memory is None else memory
     needed = geometry_memory(cfg, n, width, checkpoints)
@@ -50,11 +54,9 @@ def check_geometry_memory(
         else "not even 3 stimuli fit: free some memory"
     )
     if seeds:
-        most = max(
-            k
-            for k in range(1, checkpoints + 1)
-            if k == 1 or geometry_memory(cfg, n, width, k) <= memory
-        )
+        most = 1
+        while most < checkpoints and geometry_memory(cfg, n, width, most + 1) <= memory:
+            most += 1
         hint = (
             f"give a folder of at most {most} seeds"
             if most > 1
